@@ -1,0 +1,115 @@
+"""Make keras-rl2 1.0.5 importable on current TensorFlow (2.16+) through tf-keras.
+
+keras-rl2 is written against Keras 2. Since TF 2.16 ``tensorflow.keras`` is Keras 3 unless
+``TF_USE_LEGACY_KERAS=1`` is set *before* TensorFlow is imported, in which case it routes to the
+``tf_keras`` package. This module sets that variable, checks that it took effect, adds the single
+attribute keras-rl needs (``tensorflow.keras.__version__``) and imports the keras-rl modules the
+package uses. It never imports ``rl.agents``: that package calls
+``tf.compat.v1.disable_eager_execution()`` for the whole process.
+
+Everything else in :mod:`r2d2_agent` should take TensorFlow, Keras and keras-rl from here::
+
+    from r2d2_agent.compat import keras, rl_callbacks, rl_core, tf
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_LEGACY_VAR_BEFORE = os.environ.get("TF_USE_LEGACY_KERAS")
+_TF_IMPORTED_BEFORE = "tensorflow" in sys.modules
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import logging  # noqa: E402
+import random  # noqa: E402
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+try:
+    import tf_keras as keras  # noqa: E402
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "r2d2_agent needs the legacy Keras 2 package: pip install 'tf-keras' matching your "
+        "TensorFlow version."
+    ) from exc
+
+import tensorflow.keras as _tf_dot_keras  # noqa: E402
+
+if getattr(_tf_dot_keras, "Model", None) is not keras.Model:
+    _why = (
+        "TensorFlow was imported before r2d2_agent"
+        if _TF_IMPORTED_BEFORE and _LEGACY_VAR_BEFORE is None
+        else f"TF_USE_LEGACY_KERAS={_LEGACY_VAR_BEFORE!r}"
+    )
+    raise ImportError(
+        "r2d2_agent (through keras-rl2) needs `tensorflow.keras` to be the legacy tf-keras "
+        f"(Keras 2), but TensorFlow resolved it to Keras 3 ({_why}). TensorFlow reads "
+        "TF_USE_LEGACY_KERAS only when it is first imported: either set TF_USE_LEGACY_KERAS=1 in "
+        "the environment before starting Python, or import r2d2_agent before tensorflow/keras."
+    )
+
+# keras-rl's rl/callbacks.py does `from tensorflow.keras import __version__`; tf-keras's public
+# API module does not define it.
+if not hasattr(_tf_dot_keras, "__version__"):
+    _tf_dot_keras.__version__ = keras.__version__
+
+import rl.callbacks as rl_callbacks  # noqa: E402
+import rl.core as rl_core  # noqa: E402
+import rl.processors as rl_processors  # noqa: E402
+
+__all__ = [
+    "tf",
+    "keras",
+    "rl_core",
+    "rl_callbacks",
+    "rl_processors",
+    "enable_gpu_memory_growth",
+    "set_global_seed",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def enable_gpu_memory_growth() -> int:
+    """Let TensorFlow allocate GPU memory on demand instead of grabbing all of it.
+
+    Must be called before the first TensorFlow op touches a GPU. If the GPUs are already
+    initialised, a warning is logged and those GPUs are left as they are.
+
+    Returns:
+        The number of visible GPUs that have memory growth enabled after the call (0 on a
+        machine without GPU, where the call is a no-op).
+    """
+    enabled = 0
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError as exc:
+            logger.warning(
+                "could not enable memory growth on %s (%s); call enable_gpu_memory_growth() "
+                "before TensorFlow initialises the GPUs",
+                gpu.name,
+                exc,
+            )
+            continue
+        enabled += 1
+    return enabled
+
+
+def set_global_seed(seed: int) -> None:
+    """Seed Python's ``random``, NumPy's global generator and TensorFlow's global seed.
+
+    Args:
+        seed: Non-negative integer seed.
+
+    Raises:
+        ValueError: If ``seed`` is negative.
+    """
+    seed = int(seed)
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    tf.random.set_seed(seed)

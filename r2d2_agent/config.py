@@ -1,0 +1,239 @@
+"""R2D2 configuration: one frozen dataclass, validated on construction.
+
+Importing this module does not import TensorFlow, so a manager can build and check a
+config in the parent process before any child starts.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import numbers
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+class InputType(enum.Enum):
+    """How one observation frame is turned into a network input.
+
+    Attributes:
+        VALUES: no image; a frame of any shape is flattened.
+        GRAY_2ch: a grayscale image frame of shape (H, W); stacked frames become channels.
+        GRAY_3ch: a grayscale image frame of shape (H, W, 1); stacked frames become channels.
+        COLOR: a colour image frame of shape (H, W, C); stacked frames are concatenated on
+            the channel axis.
+    """
+
+    VALUES = 1
+    GRAY_2ch = 3
+    GRAY_3ch = 4
+    COLOR = 5
+
+
+def check_frame_shape(input_type: InputType, input_shape: tuple[int, ...]) -> None:
+    """Checks that a frame shape fits an input type.
+
+    Args:
+        input_type: the InputType of the frame.
+        input_shape: the shape of one observation frame.
+
+    Raises:
+        ValueError: naming both the shape and the input type when they do not fit.
+    """
+    ndim = len(input_shape)
+    ok = {
+        InputType.VALUES: ndim >= 1,
+        InputType.GRAY_2ch: ndim == 2,
+        InputType.GRAY_3ch: ndim == 3 and input_shape[-1] == 1,
+        InputType.COLOR: ndim == 3,
+    }[input_type]
+    if not ok or any(int(d) < 1 for d in input_shape):
+        need = {
+            InputType.VALUES: "any shape with at least one dimension",
+            InputType.GRAY_2ch: "(H, W)",
+            InputType.GRAY_3ch: "(H, W, 1)",
+            InputType.COLOR: "(H, W, C)",
+        }[input_type]
+        raise ValueError(
+            f"observation shape {tuple(input_shape)} does not fit input_type "
+            f"{input_type.name}, which needs {need}"
+        )
+
+
+@dataclass(frozen=True)
+class R2D2Config:
+    """Hyperparameters of an R2D2 agent. Defaults are the paper's Atari settings.
+
+    Units: "env steps" count environment transitions of one actor, "learner updates" count
+    gradient steps, "sequences" count replay items of `sequence_length` observations.
+    """
+
+    input_shape: tuple[int, ...]
+    """Shape of one observation frame, as the env returns it."""
+    nb_actions: int
+    """Number of discrete actions (the size of a `Discrete` action space)."""
+    input_type: InputType = InputType.VALUES
+    """How a frame is fed to the network (see `InputType`)."""
+    input_sequence: int = 1
+    """Past frames stacked into one network input (1 = no stacking)."""
+    lstm_units: int = 512
+    """LSTM width; 0 means no LSTM (a plain feed-forward DQN head)."""
+    dense_units: int = 512
+    """Width of the dense layer before the LSTM (VALUES input) and of the dueling streams."""
+    enable_dueling: bool = True
+    """Dueling head: Q = V + A - mean(A)."""
+    enable_double_dqn: bool = True
+    """Double-Q targets: the online net picks the bootstrap action, the target net rates it."""
+    enable_rescaling: bool = True
+    """Value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + 1e-3 x (Pohlen et al. 2018)."""
+    multisteps: int = 5
+    """n of the n-step return, in env steps."""
+    burnin: int = 40
+    """Burn-in steps per sequence (env steps), unrolled without gradient."""
+    input_length: int = 80
+    """Trained steps per sequence (env steps)."""
+    sequence_period: int | None = None
+    """Env steps between the starts of adjacent sequences; None means input_length // 2
+    (the paper's overlap of half a sequence)."""
+    gamma: float = 0.997
+    """Discount per env step."""
+    batch_size: int = 64
+    """Sequences per learner update."""
+    memory_capacity: int = 100_000
+    """Replay capacity, in sequences."""
+    memory_warmup: int | None = None
+    """Sequences in replay before the first learner update; None means batch_size."""
+    priority_exponent: float = 0.9
+    """α of prioritized replay: P(i) = p_i^α / Σ p^α."""
+    is_exponent: float = 0.6
+    """β0, the importance-sampling exponent at the first learner update."""
+    is_anneal_updates: int = 100_000
+    """Learner updates over which β anneals linearly from β0 to 1."""
+    priority_eta: float = 0.9
+    """η of the sequence priority η·max|δ| + (1-η)·mean|δ|."""
+    learning_rate: float = 1e-4
+    """Adam learning rate."""
+    adam_epsilon: float = 1e-3
+    """Adam ε (the paper's 1e-3)."""
+    clipnorm: float | None = 40.0
+    """Global gradient-norm clip; None disables it."""
+    loss: str = "huber"
+    """Per-step TD loss: "huber" (δ = 1) or "mse"."""
+    target_update_interval: int = 2500
+    """Learner updates between copies of the online weights into the target network."""
+    train_interval: int = 4
+    """Single-process agent: env steps between learner updates."""
+    actor_sync_interval: int = 400
+    """Env steps between an actor's pulls of the learner's weights."""
+    epsilon: float = 0.4
+    """Base ε of the Ape-X schedule ε_i = ε^(1 + α·i/(N-1))."""
+    epsilon_alpha: float = 7.0
+    """Exponent α of the Ape-X ε schedule."""
+    test_epsilon: float = 0.0
+    """ε used by `R2D2Agent.test` (0 = greedy)."""
+    seed: int | None = None
+    """Global seed; actor i uses seed + i. None draws fresh randomness."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_shape", tuple(int(d) for d in self.input_shape))
+        for f in fields(self):  # numpy scalars (e.g. action_space.n) become plain Python numbers
+            value = getattr(self, f.name)
+            if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+                object.__setattr__(self, f.name, int(value))
+            elif isinstance(value, numbers.Real) and not isinstance(value, (bool, int, float)):
+                object.__setattr__(self, f.name, float(value))
+        if not isinstance(self.input_type, InputType):
+            raise ValueError(f"input_type must be an InputType, got {self.input_type!r}")
+        check_frame_shape(self.input_type, self.input_shape)
+        positive = ("nb_actions", "input_sequence", "dense_units", "multisteps",
+                    "input_length", "batch_size", "memory_capacity", "target_update_interval",
+                    "train_interval", "actor_sync_interval", "is_anneal_updates")
+        for name in positive:
+            _check_int(name, getattr(self, name), minimum=1)
+        _check_int("lstm_units", self.lstm_units, minimum=0)
+        _check_int("burnin", self.burnin, minimum=0)
+        if self.sequence_period is not None:
+            _check_int("sequence_period", self.sequence_period, minimum=1)
+            if self.sequence_period > self.input_length:
+                raise ValueError(
+                    f"sequence_period={self.sequence_period} must not exceed "
+                    f"input_length={self.input_length} (steps would be skipped)"
+                )
+        if self.memory_warmup is not None:
+            _check_int("memory_warmup", self.memory_warmup, minimum=1)
+            if self.memory_warmup > self.memory_capacity:
+                raise ValueError(f"memory_warmup={self.memory_warmup} exceeds "
+                                 f"memory_capacity={self.memory_capacity}")
+        if self.batch_size > self.memory_capacity:
+            raise ValueError(f"batch_size={self.batch_size} exceeds "
+                             f"memory_capacity={self.memory_capacity}")
+        _check_range("gamma", self.gamma, 0.0, 1.0)
+        for name in ("is_exponent", "priority_eta", "epsilon", "test_epsilon"):
+            _check_range(name, getattr(self, name), 0.0, 1.0)
+        _check_range("priority_exponent", self.priority_exponent, 0.0, math.inf)
+        _check_range("epsilon_alpha", self.epsilon_alpha, 0.0, math.inf)
+        for name in ("learning_rate", "adam_epsilon"):
+            value = getattr(self, name)
+            _check_range(name, value, 0.0, math.inf)
+            if value == 0:
+                raise ValueError(f"{name} must be > 0, got {value!r}")
+        if self.clipnorm is not None and not (self.clipnorm > 0):
+            raise ValueError(f"clipnorm must be > 0 or None, got {self.clipnorm!r}")
+        if self.loss not in ("huber", "mse"):
+            raise ValueError(f'loss must be "huber" or "mse", got {self.loss!r}')
+        if self.seed is not None:
+            _check_int("seed", self.seed, minimum=0)
+
+    # Derived values -------------------------------------------------------------------
+
+    @property
+    def enable_lstm(self) -> bool:
+        """Whether the network has an LSTM."""
+        return self.lstm_units > 0
+
+    @property
+    def period(self) -> int:
+        """Env steps between adjacent sequence starts."""
+        return self.sequence_period or max(1, self.input_length // 2)
+
+    @property
+    def sequence_length(self) -> int:
+        """Observations stored per sequence: burnin + input_length + multisteps."""
+        return self.burnin + self.input_length + self.multisteps
+
+    @property
+    def warmup(self) -> int:
+        """Sequences in replay before the first learner update."""
+        return self.memory_warmup or self.batch_size
+
+    @property
+    def state_size(self) -> int:
+        """Width of one recurrent state vector (0 without LSTM)."""
+        return self.lstm_units
+
+    @property
+    def network_input_shape(self) -> tuple[int, ...]:
+        """Shape of one network input: `input_sequence` stacked frames."""
+        return (self.input_sequence, *self.input_shape)
+
+    def replace(self, **changes: Any) -> R2D2Config:
+        """Returns a copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data view, e.g. for logging hyperparameters."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["input_type"] = self.input_type.name
+        return out
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_range(name: str, value: Any, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+        low <= value <= high
+    ):
+        raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")

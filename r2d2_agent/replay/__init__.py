@@ -1,0 +1,1 @@
+"""Replay: sum tree, prioritized sequence replay and the sequence adder."""

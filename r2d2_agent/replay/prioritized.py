@@ -1,0 +1,276 @@
+"""Proportional prioritized replay over fixed-shape sequences.
+
+Implements the proportional variant of prioritized experience replay
+(Schaul et al., 2016, "Prioritized Experience Replay") for the sequences that
+R2D2 learns from. Each stored item is a mapping from field name to an array of
+a fixed shape; the replay knows nothing about what the fields mean.
+
+Slot ``i`` is sampled with probability ``P(i) = p_i^alpha / sum_k p_k^alpha``
+where ``p_i = priority_i + PRIORITY_EPSILON``. Importance-sampling weights are
+not computed here: :meth:`PrioritizedSequenceReplay.sample` returns ``P(i)`` of
+the sampled slots, and ``len(replay)`` gives ``N``, which is all a caller needs
+to form ``w_i = (N * P(i))^-beta / max_j w_j``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import numpy as np
+
+from r2d2_agent.replay.sum_tree import SumTree
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PRIORITY_EPSILON", "FieldSpec", "PrioritizedSequenceReplay"]
+
+PRIORITY_EPSILON: float = 1e-6
+"""Added to every raw priority before the exponent is applied, so that an item
+whose priority (e.g. TD error) is exactly zero still has a non-zero chance of
+being replayed and the tree total never drops to zero once something is
+stored."""
+
+FieldSpec = Mapping[str, tuple[tuple[int, ...], np.dtype]]
+"""Field name -> (per-item shape, dtype)."""
+
+
+def _check_priorities(priorities: np.ndarray) -> np.ndarray:
+    """Returns priorities as a flat float64 array; rejects NaN/inf/negative."""
+    p = np.asarray(priorities, dtype=np.float64).reshape(-1)
+    bad = ~np.isfinite(p) | (p < 0.0)
+    if bad.any():
+        raise ValueError(
+            f"priorities must be non-negative and finite, got {p[bad][0]!r} "
+            f"at position {int(np.flatnonzero(bad)[0])}"
+        )
+    return p
+
+
+class PrioritizedSequenceReplay:
+    """Fixed-capacity FIFO ring of sequences sampled in proportion to priority.
+
+    Storage is preallocated: one numpy array of shape ``(capacity, *shape)`` per
+    field. When full, new items overwrite the oldest slot. Sampling is
+    stratified: the total priority mass is split into ``batch_size`` equal
+    segments and one uniform draw is taken in each, which lowers the variance
+    of a batch compared with independent draws while keeping every draw's
+    marginal probability proportional to priority.
+
+    Args:
+        capacity: Maximum number of sequences stored, at least 1.
+        spec: Field name -> ``(shape, dtype)`` of one item of that field.
+        priority_exponent: ``alpha`` >= 0; 0 gives uniform sampling and 1 fully
+            proportional sampling.
+        seed: Seed of the replay's own ``np.random.Generator``.
+
+    Raises:
+        ValueError: On an invalid capacity, exponent, or field spec (the
+            message names the offending field and value).
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        spec: FieldSpec,
+        priority_exponent: float,
+        seed: int | None = None,
+    ) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
+            raise ValueError(f"capacity must be an int, got {capacity!r}")
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        alpha = float(priority_exponent)
+        if not np.isfinite(alpha) or alpha < 0.0:
+            raise ValueError(
+                f"priority_exponent must be finite and >= 0, got {priority_exponent!r}"
+            )
+        if not spec:
+            raise ValueError("spec must define at least one field")
+        self._capacity = int(capacity)
+        self._alpha = alpha
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._storage: dict[str, np.ndarray] = {}
+        for name, field in spec.items():
+            try:
+                shape, dtype = field
+                shape = tuple(int(d) for d in shape)
+                dtype = np.dtype(dtype)
+            except (TypeError, ValueError) as err:
+                raise ValueError(
+                    f"field {name!r}: spec must be (shape tuple, dtype), got {field!r}"
+                ) from err
+            if any(d < 0 for d in shape):
+                raise ValueError(f"field {name!r}: negative dimension in shape {shape}")
+            self._shapes[name] = shape
+            self._storage[name] = np.zeros((self._capacity, *shape), dtype=dtype)
+        self._tree = SumTree(self._capacity)
+        self._rng = np.random.default_rng(seed)
+        self._next = 0
+        self._size = 0
+        logger.debug(
+            "PrioritizedSequenceReplay(capacity=%d, alpha=%g, fields=%s): %.1f MiB",
+            self._capacity,
+            self._alpha,
+            list(self._shapes),
+            sum(a.nbytes for a in self._storage.values()) / 2**20,
+        )
+
+    @property
+    def capacity(self) -> int:
+        """Maximum number of sequences stored."""
+        return self._capacity
+
+    @property
+    def priority_exponent(self) -> float:
+        """The exponent ``alpha`` applied to raw priorities."""
+        return self._alpha
+
+    def __len__(self) -> int:
+        """Number of sequences currently stored."""
+        return self._size
+
+    def _leaf_values(self, priorities: np.ndarray) -> np.ndarray:
+        """Maps raw priorities to sum-tree leaf values ``(p + eps) ** alpha``."""
+        return (priorities + PRIORITY_EPSILON) ** self._alpha
+
+    def _check_fields(
+        self, sequences: Mapping[str, np.ndarray], batch: int | None
+    ) -> dict[str, np.ndarray]:
+        """Validates field names, shapes and dtype kinds of one item or a batch."""
+        missing = self._shapes.keys() - sequences.keys()
+        if missing:
+            raise ValueError(f"missing field(s) {sorted(missing)}; expected {sorted(self._shapes)}")
+        extra = sequences.keys() - self._shapes.keys()
+        if extra:
+            raise ValueError(
+                f"unexpected field(s) {sorted(extra)}; expected {sorted(self._shapes)}"
+            )
+        arrays = {}
+        for name, shape in self._shapes.items():
+            value = np.asarray(sequences[name])
+            expected = shape if batch is None else (batch, *shape)
+            if value.shape != expected:
+                raise ValueError(
+                    f"field {name!r}: expected shape {expected}, got shape {value.shape}"
+                )
+            dtype = self._storage[name].dtype
+            if not np.can_cast(value.dtype, dtype, casting="same_kind"):
+                raise ValueError(
+                    f"field {name!r}: cannot store dtype {value.dtype} in a {dtype} field"
+                )
+            arrays[name] = value
+        return arrays
+
+    def add(self, sequence: Mapping[str, np.ndarray], priority: float) -> int:
+        """Stores one sequence, overwriting the oldest one when full.
+
+        Args:
+            sequence: Field name -> array of that field's shape.
+            priority: Raw non-negative priority (e.g. a TD-error mix).
+
+        Returns:
+            The slot index the sequence was written to.
+
+        Raises:
+            ValueError: On a missing or extra field, a wrong shape (naming the
+                field, expected and got shape), or a NaN/negative priority.
+        """
+        arrays = self._check_fields(sequence, batch=None)
+        p = _check_priorities(priority)
+        if p.size != 1:
+            raise ValueError(f"add() takes one scalar priority, got {p.size} values")
+        slot = self._next
+        # The tree validates the leaf value (e.g. overflow), so update it
+        # before touching storage: a rejected add leaves the replay unchanged.
+        self._tree.update(np.array([slot]), self._leaf_values(p))
+        for name, value in arrays.items():
+            self._storage[name][slot] = value
+        self._next = (slot + 1) % self._capacity
+        self._size = min(self._size + 1, self._capacity)
+        return slot
+
+    def add_batch(self, sequences: Mapping[str, np.ndarray], priorities: np.ndarray) -> np.ndarray:
+        """Stores a batch of sequences; same result as calling :meth:`add` in order.
+
+        Args:
+            sequences: Field name -> array of shape ``(B, *shape)``.
+            priorities: ``B`` raw non-negative priorities.
+
+        Returns:
+            Int64 array of the ``B`` slot indices written, in order (if
+            ``B > capacity`` the earlier items are overwritten by later ones
+            within this call, just as with repeated ``add``).
+
+        Raises:
+            ValueError: As for :meth:`add`.
+        """
+        p = _check_priorities(priorities)
+        if np.ndim(priorities) != 1:
+            raise ValueError(f"priorities must be 1-D, got shape {np.shape(priorities)}")
+        n = p.size
+        arrays = self._check_fields(sequences, batch=n)
+        slots = (self._next + np.arange(n, dtype=np.int64)) % self._capacity
+        # Only the last `capacity` items survive; writing just those keeps
+        # every slot written once, so no fancy assignment has duplicates.
+        keep = slice(max(0, n - self._capacity), n)
+        self._tree.update(slots[keep], self._leaf_values(p[keep]))
+        for name, value in arrays.items():
+            self._storage[name][slots[keep]] = value[keep]
+        self._next = (self._next + n) % self._capacity
+        self._size = min(self._size + n, self._capacity)
+        return slots
+
+    def sample(self, batch_size: int) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+        """Draws a stratified, priority-proportional batch (with replacement).
+
+        Args:
+            batch_size: Number of sequences to draw, at least 1.
+
+        Returns:
+            ``(indices, batch, probabilities)``: int64 slot indices of shape
+            ``(batch_size,)``; field name -> array of shape
+            ``(batch_size, *shape)`` (a copy); and the float64 sampling
+            probability ``p_i^alpha / sum_k p_k^alpha`` of each drawn slot.
+
+        Raises:
+            ValueError: If the replay is empty or ``batch_size < 1``.
+        """
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty PrioritizedSequenceReplay; add() first")
+        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        batch_size = int(batch_size)
+        total = self._tree.total
+        segment = total / batch_size
+        # One uniform draw inside each of `batch_size` equal segments of mass.
+        targets = (np.arange(batch_size) + self._rng.random(batch_size)) * segment
+        np.minimum(targets, total, out=targets)
+        indices = self._tree.find(targets)
+        probabilities = self._tree.get(indices) / total
+        batch = {name: store[indices] for name, store in self._storage.items()}
+        return indices, batch, probabilities
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Replaces the priorities of stored slots (e.g. after a learner step).
+
+        Args:
+            indices: Slot indices previously returned by :meth:`sample` or
+                :meth:`add`; must refer to stored slots (``< len(self)``).
+            priorities: Raw non-negative priorities, one per index; the
+                exponent is applied here. With duplicate indices the last wins.
+
+        Raises:
+            ValueError: On a length mismatch, an index that holds no
+                sequence, or a NaN/infinite/negative priority.
+        """
+        p = _check_priorities(priorities)
+        idx = np.asarray(indices).reshape(-1)
+        if idx.shape != p.shape:
+            raise ValueError(f"got {idx.size} indices but {p.size} priorities; they must match")
+        if idx.size and not np.issubdtype(idx.dtype, np.integer):
+            raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
+        bad = (idx < 0) | (idx >= self._size)
+        if bad.any():
+            raise ValueError(f"index {int(idx[bad][0])} holds no sequence (stored: {self._size})")
+        self._tree.update(idx, self._leaf_values(p))

@@ -1,0 +1,161 @@
+"""Tests for r2d2_agent.compat: keras-rl2 on TensorFlow 2.16+ through tf-keras."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from r2d2_agent import compat
+from r2d2_agent.compat import keras, rl_callbacks, rl_core, rl_processors, tf
+
+
+def test_exports_are_the_expected_modules():
+    import rl.callbacks
+    import rl.core
+    import rl.processors
+    import tf_keras
+
+    assert compat.tf is tf and tf.__name__ == "tensorflow"
+    assert keras is tf_keras
+    assert rl_core is rl.core and rl_callbacks is rl.callbacks and rl_processors is rl.processors
+    assert issubclass(rl_core.Agent, object) and hasattr(rl_callbacks, "CallbackList")
+
+
+def test_tensorflow_keras_is_tf_keras():
+    import tensorflow.keras as tk
+
+    assert os.environ["TF_USE_LEGACY_KERAS"] in ("1", "true", "True")
+    assert tk.Model is keras.Model
+    assert tf.keras.layers.Dense is keras.layers.Dense
+    assert keras.__version__.startswith("2.")
+    assert tk.__version__ == keras.__version__
+
+
+def test_eager_still_enabled_and_rl_agents_not_imported():
+    assert tf.executing_eagerly()
+    assert "rl.agents" not in sys.modules
+    assert not any(name.startswith("rl.agents") for name in sys.modules)
+
+
+def test_enable_gpu_memory_growth_matches_visible_gpus():
+    n_gpus = len(tf.config.list_physical_devices("GPU"))
+    enabled = compat.enable_gpu_memory_growth()
+    # On a GPU machine, GPUs initialised earlier in this process may refuse (a warning is logged).
+    assert 0 <= enabled <= n_gpus
+    if n_gpus == 0:
+        assert enabled == 0
+    assert compat.enable_gpu_memory_growth() == enabled  # calling again changes nothing
+
+
+def test_set_global_seed_is_reproducible():
+    import random
+
+    def draw():
+        return random.random(), np.random.rand(), float(tf.random.uniform(()))
+
+    compat.set_global_seed(123)
+    first = draw()
+    compat.set_global_seed(123)
+    assert draw() == first
+    with pytest.raises(ValueError):
+        compat.set_global_seed(-1)
+
+
+class _FakeAgent(rl_core.Agent):
+    """Minimal agent-like object: what keras-rl's loggers read from the 'model'."""
+
+    metrics_names = ["loss", "mean_q"]
+
+    def forward(self, observation):
+        return 0
+
+    def backward(self, reward, terminal):
+        return [0.5, np.nan]
+
+
+def _drive(callbacks, params, nb_episodes=2, steps=3):
+    """Call the keras-rl callback protocol the way rl.core.Agent.fit/test do."""
+    history = keras.callbacks.History()
+    cbs = rl_callbacks.CallbackList([*callbacks, history])
+    cbs.set_model(_FakeAgent())
+    cbs._set_env(None)
+    cbs.set_params(params)
+    cbs.on_train_begin()
+    total = 0
+    for episode in range(nb_episodes):
+        cbs.on_episode_begin(episode)
+        for t in range(steps):
+            cbs.on_step_begin(t)
+            cbs.on_action_begin(1)
+            cbs.on_action_end(1)
+            logs = {
+                "action": 1,
+                "observation": np.zeros(4, np.float32),
+                "reward": 1.0,
+                "metrics": [0.5, np.nan],
+                "episode": episode,
+                "info": {"terminated": False, "truncated": False},
+            }
+            cbs.on_step_end(t, logs)
+            total += 1
+        cbs.on_episode_end(
+            episode,
+            {"episode_reward": np.float32(steps), "nb_episode_steps": steps, "nb_steps": total},
+        )
+    cbs.on_train_end(logs={"did_abort": False})
+    return history
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice:RuntimeWarning")
+def test_keras_rl_loggers_work(tmp_path, capsys):
+    path = tmp_path / "log.json"
+    history = _drive(
+        [
+            rl_callbacks.TrainEpisodeLogger(),
+            rl_callbacks.TrainIntervalLogger(interval=2),
+            rl_callbacks.FileLogger(str(path), interval=1),
+        ],
+        {"nb_steps": 6},
+    )
+    assert history.history["episode_reward"] == [3.0, 3.0]
+    data = json.loads(path.read_text())
+    assert data["episode"] == [0, 1]
+    assert data["loss"] == [0.5, 0.5]
+    assert data["nb_steps"] == [3, 6]
+    out = capsys.readouterr().out
+    assert "Training for 6 steps" in out and "episode reward:  3.000" in out
+
+    _drive([rl_callbacks.TestLogger()], {"nb_episodes": 2})
+    out = capsys.readouterr().out
+    assert "Testing for 2 episodes" in out and "Episode 2: reward: 3.000, steps: " in out
+
+
+def test_keras3_first_gives_clear_import_error():
+    code = textwrap.dedent(
+        """
+        import tensorflow as tf
+        try:
+            import r2d2_agent.compat
+        except ImportError as exc:
+            print("IMPORT_ERROR:", exc)
+        else:
+            print("NO_ERROR")
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "IMPORT_ERROR:" in proc.stdout, proc.stdout + proc.stderr
+    assert "Keras 3" in proc.stdout
+    assert "TensorFlow was imported before r2d2_agent" in proc.stdout
+    assert "TF_USE_LEGACY_KERAS=1" in proc.stdout
+    assert "import r2d2_agent before" in proc.stdout
