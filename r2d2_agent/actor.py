@@ -75,6 +75,22 @@ def make_policy(config: R2D2Config, image_model: Any = None, use_numpy: bool | N
     return KerasPolicy(config, image_model)
 
 
+def make_adder(config: R2D2Config, sink: Any, observation_dtype: Any = np.float32
+               ) -> SequenceAdder:
+    """A `SequenceAdder` shaped by the config that hands sequences to `sink`.
+
+    It lives here, not in `r2d2_agent.agent`, so actor processes that act with the numpy
+    policy build their adder without importing TensorFlow.
+    """
+    return SequenceAdder(
+        sink, observation_shape=config.network_input_shape,
+        observation_dtype=observation_dtype, state_size=config.state_size,
+        burnin=config.burnin, input_length=config.input_length,
+        multisteps=config.multisteps, period=config.period, gamma=config.gamma,
+        priority_eta=config.priority_eta, rescaling=config.enable_rescaling,
+        double_q=config.enable_double_dqn)
+
+
 class R2D2Actor:
     """Acts in one environment and records what it did.
 

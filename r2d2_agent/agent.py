@@ -15,28 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from r2d2_agent.actor import R2D2Actor, make_policy
+from r2d2_agent.actor import R2D2Actor, make_adder, make_policy
 from r2d2_agent.compat import keras, rl_core
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.envs import as_keras_rl_env
 from r2d2_agent.image_models import ImageModel
 from r2d2_agent.learner import METRIC_NAMES, R2D2Learner
-from r2d2_agent.replay.adder import SequenceAdder
 from r2d2_agent.targets import inverse_rescale
 
 logger = logging.getLogger(__name__)
 
-
-def make_adder(config: R2D2Config, sink: Any, observation_dtype: Any = np.float32
-               ) -> SequenceAdder:
-    """A `SequenceAdder` shaped by the config that hands sequences to `sink`."""
-    return SequenceAdder(
-        sink, observation_shape=config.network_input_shape,
-        observation_dtype=observation_dtype, state_size=config.state_size,
-        burnin=config.burnin, input_length=config.input_length,
-        multisteps=config.multisteps, period=config.period, gamma=config.gamma,
-        priority_eta=config.priority_eta, rescaling=config.enable_rescaling,
-        double_q=config.enable_double_dqn)
+__all__ = ["R2D2Agent", "make_adder", "save_weights_atomic"]
 
 
 class R2D2Agent(rl_core.Agent):

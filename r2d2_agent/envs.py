@@ -13,52 +13,11 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-from gymnasium import spaces
 
 from r2d2_agent.compat import rl_core
+from r2d2_agent.env_checks import check_env_spaces
 
 __all__ = ["GymnasiumEnv", "as_keras_rl_env", "check_env_spaces"]
-
-
-def check_env_spaces(
-    observation_space: gymnasium.Space, action_space: gymnasium.Space
-) -> tuple[tuple[int, ...], int]:
-    """Check that an environment's spaces are usable by R2D2.
-
-    Args:
-        observation_space: Must be a non-scalar ``gymnasium.spaces.Box``.
-        action_space: Must be a ``gymnasium.spaces.Discrete`` starting at 0.
-
-    Returns:
-        ``(observation_shape, nb_actions)``.
-
-    Raises:
-        ValueError: If a space is not supported; the message names the space.
-    """
-    if not isinstance(action_space, spaces.Discrete):
-        kind = "continuous " if isinstance(action_space, spaces.Box) else ""
-        raise ValueError(
-            f"{kind}action space {action_space!r} is not supported; "
-            "R2D2 needs gymnasium.spaces.Discrete"
-        )
-    if int(action_space.start) != 0:
-        raise ValueError(
-            f"action space {action_space!r} starts at {int(action_space.start)}; R2D2 needs "
-            "actions 0..n-1 (wrap the env in a gymnasium.ActionWrapper that adds the offset)"
-        )
-    if not isinstance(observation_space, spaces.Box):
-        raise ValueError(
-            f"observation space {observation_space!r} is not supported; R2D2 needs "
-            "gymnasium.spaces.Box observations (e.g. one-hot encode a Discrete observation "
-            "with a gymnasium.ObservationWrapper)"
-        )
-    shape = tuple(int(d) for d in observation_space.shape)
-    if len(shape) == 0:
-        raise ValueError(
-            f"observation space {observation_space!r} is scalar; R2D2 needs observations with "
-            "at least one dimension (reshape them to (1,) with a gymnasium.ObservationWrapper)"
-        )
-    return shape, int(action_space.n)
 
 
 class GymnasiumEnv(rl_core.Env):

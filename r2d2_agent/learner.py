@@ -64,6 +64,7 @@ class R2D2Learner:
             config.memory_capacity, sequence_spec(config, observation_dtype),
             config.priority_exponent, seed=config.seed)
         self.updates = 0
+        self.last_metrics: dict[str, float] = {}
         self._train = tf.function(self._train_graph, reduce_retracing=True)
         self._copy = tf.function(self._copy_graph)
         self.update_target()
@@ -123,8 +124,9 @@ class R2D2Learner:
         self.updates += 1
         if self.updates % self.config.target_update_interval == 0:
             self.update_target()
-        return {"loss": float(loss), "mean_q": float(mean_q),
-                "mean_priority": float(priorities.mean())}
+        self.last_metrics = {"loss": float(loss), "mean_q": float(mean_q),
+                             "mean_priority": float(priorities.mean())}
+        return self.last_metrics
 
     def _copy_graph(self) -> None:
         for target, online in zip(self.target.model.weights, self.online.model.weights):

@@ -27,6 +27,9 @@ from r2d2_agent.image_models import DQNImageModel, ImageModel
 
 State = tuple[Any, Any]
 
+MAX_STATIC_UNROLL = 160
+"""Sequences up to this many steps are unrolled in the graph; longer ones loop."""
+
 
 class DuelingCombine(keras.layers.Layer):
     """Q = V + A - mean_a(A) (Wang et al. 2016)."""
@@ -93,19 +96,25 @@ def build_model(config: R2D2Config, image_model: ImageModel | None = None,
         name: the model's name.
 
     Returns:
-        An uncompiled `keras.Model`.
+        An uncompiled `keras.Model` whose sub-models `encoder` and `head` (and layer
+        `lstm`) can also be called on their own.
     """
     obs = keras.Input(shape=(None, *config.network_input_shape), name="obs")
-    features = _encoder(obs, config, image_model)
+    encoder = keras.Model(obs, _encoder(obs, config, image_model), name="encoder")
+    width = config.lstm_units if config.enable_lstm else config.dense_units
+    if config.input_type is not InputType.VALUES and not config.enable_lstm:
+        width = encoder.output_shape[-1]
+    features_in = keras.Input(shape=(None, width), name="features")
+    head = keras.Model(features_in, _head(features_in, config), name="head")
     if not config.enable_lstm:
-        return keras.Model(obs, _head(features, config), name=name)
+        return keras.Model(obs, head(encoder(obs)), name=name)
     mask = keras.Input(shape=(None,), dtype="bool", name="mask")
     h_in = keras.Input(shape=(config.lstm_units,), name="h")
     c_in = keras.Input(shape=(config.lstm_units,), name="c")
     lstm = keras.layers.LSTM(config.lstm_units, return_sequences=True, return_state=True,
                              name="lstm")
-    out, h, c = lstm(features, initial_state=[h_in, c_in], mask=mask)
-    return keras.Model([obs, mask, h_in, c_in], [_head(out, config), h, c], name=name)
+    out, h, c = lstm(encoder(obs), initial_state=[h_in, c_in], mask=mask)
+    return keras.Model([obs, mask, h_in, c_in], [head(out), h, c], name=name)
 
 
 class R2D2Network:
@@ -121,6 +130,9 @@ class R2D2Network:
                  name: str = "r2d2") -> None:
         self.config = config
         self.model = build_model(config, image_model, name)
+        self.encoder = self.model.get_layer("encoder")
+        self.head = self.model.get_layer("head")
+        self.lstm = self.model.get_layer("lstm") if config.enable_lstm else None
 
     def unroll(self, obs: Any, state: State, mask: Any = None) -> tuple[Any, State]:
         """Runs the network over a batch of sequences.
@@ -135,10 +147,26 @@ class R2D2Network:
         """
         if not self.config.enable_lstm:
             return self.model(obs), state
-        if mask is None:
-            mask = tf.ones(tf.shape(obs)[:2], dtype=tf.bool)
-        q, h, c = self.model([obs, mask, state[0], state[1]])
-        return q, (h, c)
+        steps = obs.shape[1]
+        if steps is None or steps > MAX_STATIC_UNROLL:
+            if mask is None:
+                mask = tf.ones(tf.shape(obs)[:2], dtype=tf.bool)
+            q, h, c = self.model([obs, mask, state[0], state[1]])
+            return q, (h, c)
+        # Short sequences of known length: unroll the LSTM cell in the graph. On CPU this
+        # is much faster than the layer's while-loop (see benchmarks/RESULTS.md).
+        features = self.encoder(obs)
+        h, c = (tf.convert_to_tensor(s, tf.float32) for s in state)
+        outputs = []
+        for t in range(steps):
+            out, (h_new, c_new) = self.lstm.cell(features[:, t], [h, c])
+            if mask is None:
+                h, c = h_new, c_new
+            else:  # masked steps keep the previous state
+                keep = mask[:, t, None]
+                h, c = tf.where(keep, h_new, h), tf.where(keep, c_new, c)
+            outputs.append(h)
+        return self.head(tf.stack(outputs, axis=1)), (h, c)
 
     def initial_state(self, batch_size: int) -> np.ndarray:
         """Zero recurrent state, shape (batch_size, 2, lstm_units)."""

@@ -1,0 +1,38 @@
+# One command to set up and run the main job, one to set up and pass the tests.
+#   make demo   -> virtualenv, install, train R2D2 on CartPole-v1 with the manager, print the result
+#   make test   -> virtualenv, install, run the whole test suite (learning tests included)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo demo-single test test-fast bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/cartpole.py
+
+demo-single: $(STAMP)
+	$(BIN)/python examples/cartpole_single.py
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check r2d2_agent tests examples benchmarks
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

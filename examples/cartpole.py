@@ -1,0 +1,58 @@
+"""R2D2 on CartPole-v1 with an R2D2Manager: 2 actor processes + 1 learner process.
+
+    python examples/cartpole.py --actors 2 --nb-steps 60000 --seed 0
+
+Arguments -> env factory -> config -> manager -> train (progress bar, TensorBoard,
+checkpoints) -> a test agent with the learner's weights -> greedy evaluation.
+"""
+
+import argparse
+import functools
+import logging
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from r2d2_agent import R2D2Manager
+from r2d2_agent.callbacks import CheckpointCallback, TensorBoardCallback
+from r2d2_agent.presets import cartpole_config
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--actors", type=int, default=2, help="actor processes")
+    parser.add_argument("--nb-steps", type=int, default=60_000,
+                        help="env steps over all actors")
+    parser.add_argument("--max-seconds", type=float, default=600.0, help="wall-time limit")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--weights", default="runs/cartpole.h5", help="checkpoint file")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+
+    # 1. A picklable env factory: every actor process builds its own env from it.
+    env_factory = functools.partial(gym.make, "CartPole-v1")
+
+    # 2. Configuration: the CartPole preset (see r2d2_agent/presets.py), seeded.
+    config = cartpole_config(seed=args.seed)
+    run_name = f"CartPole-v1__r2d2__{args.seed}__{int(time.time())}"
+    callbacks = [TensorBoardCallback(f"runs/{run_name}"),
+                 CheckpointCallback(args.weights, interval=1_000)]
+
+    # 3. Train with the manager; it stops at the first limit reached.
+    with R2D2Manager(env_factory, config, actor_num=args.actors,
+                     callbacks=callbacks) as manager:
+        result = manager.train(nb_steps=args.nb_steps, max_seconds=args.max_seconds)
+        agent = manager.create_test_agent()
+    print(result)
+
+    # 4. Greedy evaluation of the learner's final weights.
+    history = agent.test(env_factory(), nb_episodes=args.eval_episodes, visualize=False,
+                         verbose=0)
+    print(f"greedy evaluation over {args.eval_episodes} episodes: "
+          f"{np.mean(history.history['episode_reward']):.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""`TensorBoardCallback`: namespaced `tf.summary` scalars, per process.
+
+Metric names (CleanRL style): `charts/episodic_return`, `charts/episodic_length`,
+`charts/epsilon`, `charts/SPS`, `losses/td_loss`, `losses/q_values`,
+`losses/priority`. Each process writes to its own subfolder (`agent`, `learner`,
+`actor_<i>`) of `logdir`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from r2d2_agent.callbacks.base import R2D2Callback
+
+
+class TensorBoardCallback(R2D2Callback):
+    """Writes training scalars for TensorBoard.
+
+    Args:
+        logdir: run folder, e.g. `runs/CartPole-v1__r2d2__0__<time>`.
+        interval: env steps (agent) or learner updates (learner) between loss summaries.
+    """
+
+    def __init__(self, logdir: str, interval: int = 100) -> None:
+        super().__init__()
+        if interval < 1:
+            raise ValueError(f"interval must be >= 1, got {interval!r}")
+        self.logdir = str(logdir)
+        self.interval = int(interval)
+        self._writer: Any = None
+        self._t0 = 0.0
+        self._steps = 0
+
+    def __getstate__(self) -> dict[str, Any]:  # file writers do not cross processes
+        return {**self.__dict__, "_writer": None}
+
+    def _scalars(self, role: str, step: int, values: dict[str, float]) -> None:
+        from r2d2_agent.compat import tf
+
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(f"{self.logdir}/{role}")
+        with self._writer.as_default(step=int(step)):
+            for name, value in values.items():
+                tf.summary.scalar(name, float(value))
+
+    # Single-process agent ----------------------------------------------------------------
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._t0, self._steps = time.perf_counter(), 0
+
+    def on_step_end(self, step: int, logs: dict | None = None) -> None:
+        agent = self.model
+        if not getattr(agent, "training", False):
+            return
+        self._steps += 1
+        if agent.step % self.interval == 0 and agent.learner.last_metrics:
+            m = agent.learner.last_metrics
+            sps = self._steps / max(time.perf_counter() - self._t0, 1e-9)
+            self._scalars("agent", agent.step, {
+                "losses/td_loss": m["loss"], "losses/q_values": m["mean_q"],
+                "losses/priority": m["mean_priority"], "charts/SPS": sps,
+                "charts/epsilon": agent.actor.epsilon})
+
+    def on_episode_end(self, episode: int, logs: dict | None = None) -> None:
+        agent = self.model
+        if logs and getattr(agent, "training", False):
+            self._scalars("agent", agent.step, {
+                "charts/episodic_return": logs["episode_reward"],
+                "charts/episodic_length": logs["nb_episode_steps"]})
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    # Manager: learner process --------------------------------------------------------------
+    def on_r2d2_learner_train_end(self, learner: Any) -> None:
+        if learner.updates % self.interval == 0 and learner.last_metrics:
+            m = learner.last_metrics
+            self._scalars("learner", learner.updates, {
+                "losses/td_loss": m["loss"], "losses/q_values": m["mean_q"],
+                "losses/priority": m["mean_priority"]})
+
+    def on_r2d2_learner_end(self, learner: Any) -> None:
+        if self._writer is not None:
+            self._writer.flush()

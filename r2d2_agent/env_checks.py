@@ -1,0 +1,55 @@
+"""Environment checks that need gymnasium but not TensorFlow.
+
+`check_env_spaces` lives here (and is re-exported by `r2d2_agent.envs`) so that a process
+that must not import TensorFlow, such as the `R2D2Manager` parent before its children
+start, can validate an environment: importing `r2d2_agent.envs` imports keras-rl and
+therefore TensorFlow.
+"""
+
+from __future__ import annotations
+
+import gymnasium
+from gymnasium import spaces
+
+__all__ = ["check_env_spaces"]
+
+
+def check_env_spaces(
+    observation_space: gymnasium.Space, action_space: gymnasium.Space
+) -> tuple[tuple[int, ...], int]:
+    """Check that an environment's spaces are usable by R2D2.
+
+    Args:
+        observation_space: Must be a non-scalar ``gymnasium.spaces.Box``.
+        action_space: Must be a ``gymnasium.spaces.Discrete`` starting at 0.
+
+    Returns:
+        ``(observation_shape, nb_actions)``.
+
+    Raises:
+        ValueError: If a space is not supported; the message names the space.
+    """
+    if not isinstance(action_space, spaces.Discrete):
+        kind = "continuous " if isinstance(action_space, spaces.Box) else ""
+        raise ValueError(
+            f"{kind}action space {action_space!r} is not supported; "
+            "R2D2 needs gymnasium.spaces.Discrete"
+        )
+    if int(action_space.start) != 0:
+        raise ValueError(
+            f"action space {action_space!r} starts at {int(action_space.start)}; R2D2 needs "
+            "actions 0..n-1 (wrap the env in a gymnasium.ActionWrapper that adds the offset)"
+        )
+    if not isinstance(observation_space, spaces.Box):
+        raise ValueError(
+            f"observation space {observation_space!r} is not supported; R2D2 needs "
+            "gymnasium.spaces.Box observations (e.g. one-hot encode a Discrete observation "
+            "with a gymnasium.ObservationWrapper)"
+        )
+    shape = tuple(int(d) for d in observation_space.shape)
+    if len(shape) == 0:
+        raise ValueError(
+            f"observation space {observation_space!r} is scalar; R2D2 needs observations with "
+            "at least one dimension (reshape them to (1,) with a gymnasium.ObservationWrapper)"
+        )
+    return shape, int(action_space.n)

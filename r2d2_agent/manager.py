@@ -1,0 +1,281 @@
+"""`R2D2Manager`: R2D2 with N actor processes and one learner process.
+
+The manager validates its inputs in the parent (before any child starts, and without
+importing TensorFlow), then `train` starts the processes with the ``spawn`` method:
+
+* the learner builds the network and reports its weight layout; the manager creates the
+  shared-memory segment (so it can always unlink it) and hands it to the learner, which
+  publishes weights there; actors read them every `actor_sync_interval` env steps without
+  pickling;
+* actor i acts in its own env (seed = seed + i, Ape-X ε_i) and sends sequences through its
+  own bounded pipe to the learner (`r2d2_agent.process` explains why not one queue);
+* the parent supervises: progress, limits, restarts of dead actors, the learner's errors,
+  Ctrl-C, and a shutdown that leaves no process, no pipe and no segment behind.
+
+Use it under ``if __name__ == "__main__":`` (spawned children import the main module).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from r2d2_agent.config import R2D2Config
+from r2d2_agent.numpy_net import supports_numpy
+from r2d2_agent.process import R2D2ProcessError
+from r2d2_agent.runners import call_hooks
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Progress", "R2D2Manager", "R2D2ProcessError", "TrainResult"]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot of a running `R2D2Manager.train`, handed to its `on_progress` hook."""
+
+    elapsed_seconds: float
+    env_steps: int
+    actor_env_steps: tuple[int, ...]
+    learner_updates: int
+    sequences_received: int
+    weights_version: int
+    loss: float
+    episodes: int
+    recent_mean_return: float | None
+    """Mean return of the last 20 episodes over all actors (None before the first)."""
+    actor_pids: tuple[int | None, ...]
+    learner_pid: int | None
+    actor_restarts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one `R2D2Manager.train` did. Counters are Python ints."""
+
+    env_steps: int
+    """Env steps over all actors (may pass `nb_steps` by at most actor_num - 1)."""
+    learner_updates: int
+    sequences_received: int
+    weights_version: int
+    elapsed_seconds: float
+    stop_reason: str
+    """"nb_steps", "nb_trains", "max_seconds" or "interrupted" (Ctrl-C)."""
+    actor_env_steps: list[int]
+    episode_returns: list[list[float]]
+    """Per actor index, the returns of its finished episodes, in order."""
+    actor_restarts: list[int]
+    actor_info: list[dict[str, Any]] = field(default_factory=list)
+    """Per actor, what its last process reported at exit (pid, policy, tensorflow_loaded)."""
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run was stopped by Ctrl-C."""
+        return self.stop_reason == "interrupted"
+
+    def recent_mean_return(self, episodes: int = 20) -> float | None:
+        """Mean return of each actor's last `episodes` episodes, pooled (None if none)."""
+        recent = [r for returns in self.episode_returns for r in returns[-episodes:]]
+        return float(np.mean(recent)) if recent else None
+
+
+class R2D2Manager:
+    """Distributed R2D2 on one machine: actor processes, a learner process, shared weights.
+
+    Args:
+        env_factory: picklable zero-argument callable returning a gymnasium env (e.g.
+            ``functools.partial(gymnasium.make, "CartPole-v1")``).
+        config: the agent's configuration; its `input_shape` and `nb_actions` must match
+            the env's spaces.
+        actor_num: number of actor processes (>= 1).
+        image_model: picklable `ImageModel` for image inputs.
+        callbacks: picklable callbacks (`R2D2Callback` hooks; duck typing works): the
+            train hooks run in the parent, the learner hooks in the learner, the actor
+            hooks in every actor (each process gets its own copy).
+        max_actor_restarts: restarts allowed per actor index after it dies; one more
+            death stops the run with `R2D2ProcessError`.
+        actors_on_cpu: hide GPUs from actor processes, so N actors do not each reserve GPU
+            memory (the learner alone uses the GPU).
+        use_numpy_policy: act with the numpy forward pass (no TensorFlow in actors);
+            None: whenever the network allows it (value inputs, no image model).
+        observation_dtype: dtype of stored observations (uint8 for Atari frames).
+        rate_limit: keep learner updates and received env steps in a fixed ratio (see
+            `env_steps_per_update`); False lets both sides run free.
+        env_steps_per_update: env steps (all actors) per learner update when rate limiting;
+            None means `config.train_interval`, the single-process agent's ratio.
+        ratio_tolerance: allowed drift from that ratio, in learner updates.
+        publish_interval: learner updates between weight publications.
+        send_batch_size: sequences an actor gathers before one send.
+        progress: show a progress bar (tqdm; it stays quiet when stderr is not a TTY).
+        shutdown_timeout: seconds children get to stop before they are terminated.
+
+    Raises:
+        TypeError, ValueError: on bad inputs, before any process starts.
+    """
+
+    def __init__(self, env_factory: Callable[[], Any], config: R2D2Config, actor_num: int = 1,
+                 image_model: Any = None, callbacks: Sequence[Any] | None = None, *,
+                 max_actor_restarts: int = 3, actors_on_cpu: bool = True,
+                 use_numpy_policy: bool | None = None, observation_dtype: Any = np.float32,
+                 rate_limit: bool = True, env_steps_per_update: float | None = None,
+                 ratio_tolerance: float = 16.0, publish_interval: int = 10,
+                 send_batch_size: int = 4, progress: bool = True,
+                 shutdown_timeout: float = 10.0) -> None:
+        if not isinstance(config, R2D2Config):
+            raise TypeError(f"config must be an R2D2Config, got {type(config).__name__}")
+        if isinstance(actor_num, bool) or not isinstance(actor_num, int) or actor_num < 1:
+            raise ValueError(f"actor_num must be an int >= 1, got {actor_num!r}")
+        for name, value, low in (("max_actor_restarts", max_actor_restarts, 0),
+                                 ("publish_interval", publish_interval, 1),
+                                 ("send_batch_size", send_batch_size, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if env_steps_per_update is not None and not env_steps_per_update > 0:
+            raise ValueError(f"env_steps_per_update must be > 0, got {env_steps_per_update}")
+        if not callable(env_factory):
+            raise TypeError(f"env_factory must be a zero-argument callable returning a "
+                            f"gymnasium env, got {type(env_factory).__name__}")
+        can_numpy = image_model is None and supports_numpy(config)
+        if use_numpy_policy and not can_numpy:
+            raise ValueError("use_numpy_policy=True needs InputType.VALUES and no image_model")
+        self.env_factory, self.config, self.actor_num = env_factory, config, actor_num
+        self.image_model = image_model
+        self.callbacks = list(callbacks or [])
+        self.use_numpy_policy = can_numpy if use_numpy_policy is None else use_numpy_policy
+        self.max_actor_restarts, self.actors_on_cpu = max_actor_restarts, actors_on_cpu
+        self.observation_dtype = np.dtype(observation_dtype)
+        self.env_steps_per_update = (None if not rate_limit else
+                                     float(env_steps_per_update or config.train_interval))
+        self.ratio_tolerance, self.publish_interval = ratio_tolerance, publish_interval
+        self.send_batch_size, self.progress = send_batch_size, progress
+        self.shutdown_timeout = shutdown_timeout
+        self._env_blob = _pickle("env_factory", env_factory, "use a module-level function or "
+                                 "functools.partial(gymnasium.make, 'CartPole-v1'); lambdas "
+                                 "and local functions cannot be pickled")
+        _pickle("image_model", image_model, "define it at module level")
+        _pickle("callbacks", self.callbacks, "define callback classes at module level")
+        _check_env(env_factory, config)
+        self._run: Any = None
+        self._final_weights: list[np.ndarray] | None = None
+
+    def train(self, nb_steps: int | None = None, nb_trains: int | None = None,
+              max_seconds: float | None = None, *,
+              on_progress: Callable[[Progress], None] | None = None) -> TrainResult:
+        """Trains until the first limit is reached; needs at least one limit.
+
+        Processes start fresh on every call; a later call starts from the latest weights
+        (with a new replay and optimizer state).
+
+        Args:
+            nb_steps: env steps over all actors.
+            nb_trains: learner updates.
+            max_seconds: wall-clock seconds, counted from the call (start-up included).
+            on_progress: called in the parent about ten times a second with a `Progress`.
+
+        Returns:
+            A `TrainResult`. After Ctrl-C it returns normally with `stop_reason`
+            "interrupted" (the latest weights are kept).
+
+        Raises:
+            R2D2ProcessError: the learner failed, or an actor died more than
+                `max_actor_restarts` times; the message holds the child's traceback.
+        """
+        from r2d2_agent.supervisor import Supervisor
+
+        for name, value in (("nb_steps", nb_steps), ("nb_trains", nb_trains)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
+        if max_seconds is not None and not (max_seconds > 0 and math.isfinite(max_seconds)):
+            raise ValueError(f"max_seconds must be a positive number, got {max_seconds!r}")
+        if nb_steps is None and nb_trains is None and max_seconds is None:
+            raise ValueError("give at least one limit: nb_steps, nb_trains or max_seconds")
+        if self._run is not None:
+            raise RuntimeError("train() is already running")
+        call_hooks(self.callbacks, "on_r2d2_train_begin")
+        self._run = Supervisor(self, multiprocessing.get_context("spawn"), nb_steps,
+                               nb_trains, max_seconds, on_progress)
+        try:
+            result = self._run.execute()
+        finally:
+            if self._run.final_weights is not None:
+                self._final_weights = self._run.final_weights
+            self._run = None
+        call_hooks(self.callbacks, "on_r2d2_train_end")
+        return result
+
+    def latest_weights(self) -> list[np.ndarray] | None:
+        """The learner's latest published weights (None before any `train`)."""
+        if self._run is not None and self._run.segment is not None:
+            return self._run.read_weights() or self._final_weights
+        return self._final_weights
+
+    def create_test_agent(self, **agent_kwargs: Any) -> Any:
+        """An `R2D2Agent` (compiled) holding the learner's latest weights.
+
+        Args:
+            **agent_kwargs: extra `R2D2Agent` arguments (e.g. `processor`).
+
+        Raises:
+            RuntimeError: if no weights exist yet (call `train` first).
+        """
+        weights = self.latest_weights()
+        if weights is None:
+            raise RuntimeError("no learner weights yet: call train() first")
+        from r2d2_agent.agent import R2D2Agent
+
+        agent_kwargs.setdefault("observation_dtype", self.observation_dtype)
+        agent = R2D2Agent(self.config, self.image_model, **agent_kwargs)
+        agent.compile()
+        agent.learner.set_weights(weights)
+        agent.sync_actor()
+        return agent
+
+    def close(self) -> None:
+        """Releases everything (`train` already does on return; kept for `with`)."""
+        if self._run is not None:
+            self._run.close()
+            self._run = None
+
+    def __enter__(self) -> R2D2Manager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _pickle(name: str, value: Any, hint: str) -> bytes:
+    try:
+        return pickle.dumps(value)
+    except Exception as exc:
+        raise TypeError(f"{name} must be picklable to reach the child processes ({hint}): "
+                        f"{type(exc).__name__}: {exc}") from exc
+
+
+def _check_env(env_factory: Callable[[], Any], config: R2D2Config) -> None:
+    """Builds one env in the parent and checks its spaces against the config."""
+    import gymnasium
+
+    from r2d2_agent.env_checks import check_env_spaces
+
+    env = env_factory()
+    try:
+        if not isinstance(env, gymnasium.Env):
+            raise TypeError(f"env_factory must return a gymnasium.Env, got "
+                            f"{type(env).__name__}")
+        shape, nb_actions = check_env_spaces(env.observation_space, env.action_space)
+    finally:
+        env.close()
+    if shape != config.input_shape:
+        raise ValueError(f"the env's observation shape {shape} does not match "
+                         f"config.input_shape {config.input_shape}")
+    if nb_actions != config.nb_actions:
+        raise ValueError(f"the env has {nb_actions} actions but config.nb_actions is "
+                         f"{config.nb_actions}")

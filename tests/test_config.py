@@ -1,0 +1,169 @@
+"""Tests of `r2d2_agent.config`: validation, derived values, immutability, documentation.
+
+`R2D2Config` must reject bad values with a message naming the field and the value, turn
+numpy scalars into plain Python numbers, derive the sequence geometry, stay frozen, and
+document every field (with its unit) in a docstring right below the field.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+
+import numpy as np
+import pytest
+
+from r2d2_agent import config as config_module
+from r2d2_agent.config import InputType, R2D2Config
+
+
+def small(**changes):
+    """A valid small config with `changes` applied."""
+    kwargs = {"input_shape": (4,), "nb_actions": 2, "lstm_units": 8, "dense_units": 8,
+              "burnin": 2, "input_length": 4, "multisteps": 1, "batch_size": 4,
+              "memory_capacity": 64}
+    return R2D2Config(**(kwargs | changes))
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("gamma", 1.5),
+    ("batch_size", 0),
+    ("lstm_units", -1),
+    ("sequence_period", 5),       # > input_length = 4
+    ("loss", "l1"),
+    ("memory_warmup", 65),        # > memory_capacity = 64
+    ("input_type", "VALUES"),     # a string, not an InputType
+])
+def test_invalid_value_raises_value_error_naming_field_and_value(field, value):
+    with pytest.raises(ValueError) as info:
+        small(**{field: value})
+    message = str(info.value)
+    assert field in message
+    assert str(value) in message
+
+
+@pytest.mark.parametrize(("input_type", "bad_shape"), [
+    (InputType.VALUES, ()),
+    (InputType.GRAY_2ch, (16, 16, 1)),
+    (InputType.GRAY_3ch, (16, 16)),
+    (InputType.GRAY_3ch, (16, 16, 3)),
+    (InputType.COLOR, (16, 16)),
+])
+def test_frame_shape_not_fitting_input_type_raises_naming_both(input_type, bad_shape):
+    with pytest.raises(ValueError) as info:
+        small(input_shape=bad_shape, input_type=input_type)
+    message = str(info.value)
+    assert input_type.name in message
+    assert str(tuple(bad_shape)) in message
+
+
+@pytest.mark.parametrize(("input_type", "good_shape"), [
+    (InputType.VALUES, (3, 2)),
+    (InputType.GRAY_2ch, (16, 16)),
+    (InputType.GRAY_3ch, (16, 16, 1)),
+    (InputType.COLOR, (16, 16, 3)),
+])
+def test_frame_shape_fitting_input_type_is_accepted(input_type, good_shape):
+    cfg = small(input_shape=good_shape, input_type=input_type)
+    assert cfg.input_shape == good_shape
+
+
+def test_numpy_integers_become_python_ints():
+    cfg = small(nb_actions=np.int64(3), batch_size=np.int32(4), input_shape=np.array([4]))
+    assert type(cfg.nb_actions) is int and cfg.nb_actions == 3
+    assert type(cfg.batch_size) is int and cfg.batch_size == 4
+    assert all(type(d) is int for d in cfg.input_shape)
+
+
+def test_numpy_floats_become_python_floats():
+    cfg = small(gamma=np.float32(0.5))
+    assert type(cfg.gamma) is float and cfg.gamma == 0.5
+
+
+def test_period_defaults_to_half_the_input_length():
+    assert small(input_length=10).period == 5
+    assert small(input_length=1).period == 1  # never 0
+
+
+def test_explicit_sequence_period_is_used():
+    assert small(input_length=10, sequence_period=3).period == 3
+
+
+def test_sequence_length_is_burnin_plus_input_length_plus_multisteps():
+    assert small(burnin=3, input_length=7, multisteps=2).sequence_length == 12
+
+
+def test_warmup_defaults_to_batch_size_and_follows_memory_warmup():
+    assert small(batch_size=4).warmup == 4
+    assert small(batch_size=4, memory_warmup=10).warmup == 10
+
+
+def test_lstm_units_zero_disables_lstm():
+    assert not small(lstm_units=0).enable_lstm
+    assert small(lstm_units=8).enable_lstm
+
+
+def test_config_is_frozen():
+    cfg = small()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.gamma = 0.5  # type: ignore[misc]
+
+
+def test_replace_returns_changed_copy_and_keeps_original():
+    cfg = small()
+    other = cfg.replace(gamma=0.5)
+    assert other.gamma == 0.5 and cfg.gamma == 0.997
+
+
+def test_replace_validates_again():
+    with pytest.raises(ValueError, match="gamma"):
+        small().replace(gamma=1.5)
+
+
+def _field_docstrings() -> dict[str, str | None]:
+    """Field name -> the string literal right after its annotation in the class body."""
+    tree = ast.parse(inspect.getsource(config_module))
+    cls = next(node for node in tree.body
+               if isinstance(node, ast.ClassDef) and node.name == "R2D2Config")
+    docs: dict[str, str | None] = {}
+    for node, after in zip(cls.body, [*cls.body[1:], None], strict=True):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            doc = None
+            if (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)):
+                doc = after.value.value
+            docs[node.target.id] = doc
+    return docs
+
+
+def test_every_field_has_a_docstring():
+    docs = _field_docstrings()
+    names = [f.name for f in dataclasses.fields(R2D2Config)]
+    assert sorted(docs) == sorted(names)
+    missing = [name for name in names if not (docs[name] or "").strip()]
+    assert missing == []
+
+
+# Fields whose docstring must state a unit, and the words that count as that unit.
+_UNITS = {
+    "multisteps": r"env steps?",
+    "burnin": r"env steps?",
+    "input_length": r"env steps?",
+    "sequence_period": r"env steps?",
+    "memory_capacity": r"sequences?",
+    "memory_warmup": r"sequences?",
+    "batch_size": r"sequences?",
+    "target_update_interval": r"learner updates?",
+    "is_anneal_updates": r"learner updates?",
+    "train_interval": r"env steps?",
+    "actor_sync_interval": r"env steps?",
+    "gamma": r"per env step",
+}
+
+
+@pytest.mark.parametrize("field", sorted(_UNITS))
+def test_counted_field_docstring_states_its_unit(field):
+    doc = _field_docstrings()[field] or ""
+    assert re.search(_UNITS[field], doc, re.IGNORECASE), f"{field}: {doc!r}"

@@ -1,0 +1,240 @@
+"""Tests of `r2d2_agent.learner.R2D2Learner`: warm-up, target copies, priorities, IS
+weights, burn-in and learning.
+
+Configs are tiny (LSTM 8, dense 8, burn-in 2, 4 trained steps) so one compiled update takes
+milliseconds, but tracing the LSTM update graph takes seconds: the LSTM tests therefore share
+one learner (`shared`), reset to the same initial weights before each use, and give it a
+`FixedReplay`, which always returns the same batch with chosen sampling probabilities, so that
+losses can be compared on identical data. It trains with plain SGD, whose update is
+proportional to the gradient (Adam's first step is nearly sign(gradient)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from r2d2_agent.compat import keras
+from r2d2_agent.config import R2D2Config
+from r2d2_agent.learner import R2D2Learner, sequence_spec
+from r2d2_agent.replay.prioritized import PrioritizedSequenceReplay
+from r2d2_agent.targets import importance_weights
+
+OBS_SIZE, NB_ACTIONS = 3, 2
+
+
+def tiny_config(**changes):
+    kwargs = {"input_shape": (OBS_SIZE,), "nb_actions": NB_ACTIONS, "lstm_units": 8,
+              "dense_units": 8, "burnin": 2, "input_length": 4, "multisteps": 1,
+              "batch_size": 4, "memory_capacity": 64, "seed": 0}
+    return R2D2Config(**(kwargs | changes))
+
+
+def make_sequence(config, rng, reward=None, discount=None):
+    """One random but well-formed sequence shaped by `sequence_spec(config)`."""
+    spec = sequence_spec(config)
+    seq = {name: np.zeros(shape, dtype) for name, (shape, dtype) in spec.items()}
+    length = config.input_length
+    seq["obs"][:] = rng.normal(size=seq["obs"].shape)
+    seq["burnin_mask"][:] = 1.0
+    seq["state"][:] = rng.normal(scale=0.3, size=seq["state"].shape)
+    seq["actions"][:] = rng.integers(NB_ACTIONS, size=length)
+    seq["returns"][:] = rng.normal(size=length) if reward is None else reward
+    seq["bootstrap_discount"][:] = (config.gamma ** config.multisteps if discount is None
+                                    else discount)
+    seq["bootstrap_index"][:] = np.arange(length) + config.multisteps
+    seq["mask"][:] = 1.0
+    return seq
+
+
+def fill(learner, count, seed=0, priority=1.0, **kwargs):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        learner.add(make_sequence(learner.config, rng, **kwargs), priority)
+
+
+def stack(sequences):
+    return {name: np.stack([s[name] for s in sequences]) for name in sequences[0]}
+
+
+class FixedReplay:
+    """Replay stand-in: `sample` always returns `batch` with `probabilities`."""
+
+    def __init__(self, batch, probabilities):
+        self.batch = batch
+        self.probabilities = np.asarray(probabilities, np.float64)
+        self.updates = []
+
+    def __len__(self):
+        return len(self.probabilities)
+
+    def add(self, sequence, priority):
+        raise AssertionError("not used")
+
+    def sample(self, batch_size):
+        assert batch_size == len(self.probabilities)
+        indices = np.arange(batch_size)
+        return indices, {k: v.copy() for k, v in self.batch.items()}, self.probabilities
+
+    def update_priorities(self, indices, priorities):
+        self.updates.append((np.asarray(indices), np.asarray(priorities)))
+
+
+def weights_equal(a, b, atol=0.0):
+    if len(a) != len(b):
+        return False
+    return all(np.allclose(x, y, rtol=0.0, atol=atol) for x, y in zip(a, b, strict=True))
+
+
+def test_step_before_warmup_raises_runtime_error():
+    learner = R2D2Learner(tiny_config(lstm_units=0, memory_warmup=5))
+    fill(learner, 4)
+    assert not learner.ready
+    with pytest.raises(RuntimeError, match="warm-up"):
+        learner.step()
+
+
+def test_target_is_copied_only_every_target_update_interval_updates():
+    learner = R2D2Learner(tiny_config(lstm_units=0, target_update_interval=3))
+    fill(learner, 8)
+    initial = learner.target.get_weights()
+    learner.step()
+    assert not weights_equal(learner.online.get_weights(), initial)
+    assert weights_equal(learner.target.get_weights(), initial)
+    learner.step()
+    assert weights_equal(learner.target.get_weights(), initial)
+    learner.step()
+    assert weights_equal(learner.target.get_weights(), learner.online.get_weights())
+    assert not weights_equal(learner.target.get_weights(), initial)
+
+
+def test_step_updates_the_sampled_priorities_in_replay():
+    learner = R2D2Learner(tiny_config(lstm_units=0, batch_size=16))
+    fill(learner, 16, priority=1.0)
+    _, _, before = learner.replay.sample(64)
+    assert np.allclose(before, 1.0 / 16)  # all priorities equal before the update
+    metrics = learner.step()
+    _, _, after = learner.replay.sample(64)
+    assert not np.allclose(after, 1.0 / 16)
+    assert metrics["mean_priority"] != pytest.approx(1.0)
+
+
+
+# Shared LSTM learner ---------------------------------------------------------------------
+
+SHARED_CONFIG = tiny_config(enable_rescaling=False, clipnorm=None)
+SGD_RATE = 0.2
+
+
+class Shared:
+    """One traced LSTM learner for several tests; `use` resets it."""
+
+    def __init__(self):
+        self.learner = R2D2Learner(SHARED_CONFIG, optimizer=keras.optimizers.SGD(SGD_RATE))
+        self.initial = self.learner.get_weights()
+
+    def use(self, replay):
+        learner = self.learner
+        learner.set_weights(self.initial)
+        learner.replay = replay
+        learner.updates = 0
+        return learner
+
+
+@pytest.fixture(scope="module")
+def shared():
+    return Shared()
+
+
+def fixed(batch, probabilities=(0.25,) * 4):
+    return FixedReplay(batch, probabilities)
+
+
+def random_batch(seed, config=SHARED_CONFIG):
+    rng = np.random.default_rng(seed)
+    return stack([make_sequence(config, rng) for _ in range(config.batch_size)])
+
+
+def test_learner_writes_back_its_td_priorities(shared):
+    replay = fixed(random_batch(1))
+    metrics = shared.use(replay).step()
+    (indices, priorities), = replay.updates
+    assert list(indices) == [0, 1, 2, 3]
+    assert priorities.shape == (4,) and np.all(priorities > 0)
+    assert metrics["mean_priority"] == pytest.approx(float(priorities.mean()), rel=1e-6)
+
+
+def test_equal_sampling_probabilities_give_unit_importance_weights():
+    np.testing.assert_array_equal(importance_weights(np.full(4, 0.25), 4, 0.6), np.ones(4))
+
+
+def test_importance_weights_scale_the_loss(shared):
+    """Four identical sequences: the weighted loss is mean(w) times the unweighted one."""
+    one = make_sequence(SHARED_CONFIG, np.random.default_rng(2))
+    batch = stack([one] * 4)
+    loss_equal = shared.use(fixed(batch)).step()["loss"]
+    probabilities = np.array([0.1, 0.2, 0.4, 0.3])
+    loss_skewed = shared.use(fixed(batch, probabilities)).step()["loss"]
+    beta = SHARED_CONFIG.is_exponent  # at update 0
+    w = (probabilities / probabilities.min()) ** -beta
+    assert loss_equal > 0
+    assert loss_skewed == pytest.approx(w.mean() * loss_equal, rel=1e-5)
+
+
+def _burnin_losses(shared, burnin_mask):
+    """Losses on two batches that differ only in their burn-in observations."""
+    batch = random_batch(3)
+    batch["burnin_mask"][:] = burnin_mask
+    other = {k: v.copy() for k, v in batch.items()}
+    other["obs"][:, : SHARED_CONFIG.burnin] += 1.0
+    return shared.use(fixed(batch)).step()["loss"], shared.use(fixed(other)).step()["loss"]
+
+
+def test_burnin_observations_change_the_loss(shared):
+    loss_a, loss_b = _burnin_losses(shared, burnin_mask=1.0)
+    assert loss_a != pytest.approx(loss_b, rel=1e-4)
+
+
+def test_masked_burnin_observations_do_not_change_the_loss(shared):
+    loss_a, loss_b = _burnin_losses(shared, burnin_mask=0.0)
+    assert loss_a == pytest.approx(loss_b, rel=1e-6)
+
+
+def test_burnin_gets_no_gradient(shared):
+    """An update with burn-in equals one without burn-in that starts from the burnt-in state.
+
+    If gradient flowed through the burn-in unroll, the LSTM and encoder weights would get
+    extra gradient and the two SGD updates would differ.
+    """
+    batch = random_batch(4)
+    with_burnin = shared.use(fixed(batch))
+    b = SHARED_CONFIG.burnin
+    _, (h, c) = with_burnin.online.unroll(batch["obs"][:, :b],
+                                          (batch["state"][:, 0], batch["state"][:, 1]),
+                                          batch["burnin_mask"] > 0.5)
+    no_burnin_batch = dict(batch, obs=batch["obs"][:, b:], burnin_mask=batch["burnin_mask"][:, :0],
+                           state=np.stack([h.numpy(), c.numpy()], axis=1))
+    no_burnin = R2D2Learner(SHARED_CONFIG.replace(burnin=0),
+                            optimizer=keras.optimizers.SGD(SGD_RATE),
+                            replay=fixed(no_burnin_batch))
+    no_burnin.set_weights(shared.initial)
+    loss_a = with_burnin.step()["loss"]
+    loss_b = no_burnin.step()["loss"]
+    assert loss_a == pytest.approx(loss_b, rel=1e-5)
+    assert not weights_equal(with_burnin.get_weights(), shared.initial)
+    assert weights_equal(with_burnin.get_weights(), no_burnin.get_weights(), atol=1e-5)
+
+
+def test_learner_fits_constant_rewards(shared):
+    """gamma = 0 (bootstrap discount 0), n = 1, every reward 1, no rescaling: Q -> 1."""
+    replay = PrioritizedSequenceReplay(64, sequence_spec(SHARED_CONFIG), 0.9, seed=0)
+    rng = np.random.default_rng(5)
+    for _ in range(16):
+        replay.add(make_sequence(SHARED_CONFIG, rng, reward=1.0, discount=0.0), 1.0)
+    learner = shared.use(replay)
+    first = learner.step()["mean_q"]
+    for _ in range(300):
+        metrics = learner.step()
+    assert abs(first - 1.0) > 0.1  # it did not start there
+    assert metrics["mean_q"] == pytest.approx(1.0, abs=0.1)
+    assert metrics["loss"] < 1e-2

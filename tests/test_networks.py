@@ -1,0 +1,255 @@
+"""Tests of `r2d2_agent.networks` (the Keras model) and `r2d2_agent.numpy_net`.
+
+Covers the output shapes for every InputType with and without LSTM and dueling, the
+dueling head's mean-zero advantage, the agreement of the numpy forward pass with the
+Keras model (weight layout and values), the LSTM mask semantics and pluggable image
+models. Networks are tiny so that the whole module runs in a few seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from r2d2_agent.compat import keras
+from r2d2_agent.config import InputType, R2D2Config
+from r2d2_agent.image_models import DQNImageModel, ImageModel
+from r2d2_agent.networks import R2D2Network
+from r2d2_agent.numpy_net import NumpyNetwork, weight_layout
+
+NB_ACTIONS = 3
+UNITS = 8
+FRAME_SHAPES = {
+    InputType.VALUES: (4,),
+    InputType.GRAY_2ch: (16, 16),
+    InputType.GRAY_3ch: (16, 16, 1),
+    InputType.COLOR: (16, 16, 3),
+}
+
+
+class TinyImageModel(ImageModel):
+    """One small strided convolution; remembers the layers it created."""
+
+    def __init__(self) -> None:
+        self.created: list[keras.layers.Layer] = []
+
+    def create_image_model(self, c, enable_lstm):
+        conv = keras.layers.Conv2D(4, 3, strides=4, activation="relu", name="tiny_conv")
+        flat = keras.layers.Flatten(name="tiny_flatten")
+        self.created += [conv, flat]
+        if enable_lstm:
+            c = keras.layers.TimeDistributed(conv)(c)
+            return keras.layers.TimeDistributed(flat)(c)
+        return flat(conv(c))
+
+
+def make_config(input_type=InputType.VALUES, lstm=True, dueling=True, **changes):
+    kwargs = {"input_shape": FRAME_SHAPES[input_type], "input_type": input_type,
+              "nb_actions": NB_ACTIONS, "input_sequence": 2,
+              "lstm_units": UNITS if lstm else 0, "dense_units": 8,
+              "enable_dueling": dueling, "burnin": 2, "input_length": 4, "multisteps": 1,
+              "batch_size": 4, "memory_capacity": 64}
+    return R2D2Config(**(kwargs | changes))
+
+
+def cached_network(input_type=InputType.VALUES, lstm=True, dueling=True):
+    """A network shared by the tests (LSTM models take long to build).
+
+    Tests that depend on weight values set all of them first (`randomize_weights`).
+    Returns (config, network, image_model).
+    """
+    return _build_network(input_type, lstm, dueling)
+
+
+@functools.cache
+def _build_network(input_type, lstm, dueling):
+    config = make_config(input_type, lstm, dueling)
+    image_model = TinyImageModel()
+    return config, R2D2Network(config, image_model), image_model
+
+
+def random_obs(config, batch, time, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(batch, time, *config.network_input_shape)).astype(np.float32)
+
+
+def random_state(batch, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.normal(scale=0.5, size=(batch, 2, UNITS)).astype(np.float32)
+
+
+def randomize_weights(network, seed=2):
+    """Nonzero random weights everywhere (Keras initialises biases to zero)."""
+    rng = np.random.default_rng(seed)
+    network.set_weights([rng.normal(scale=0.3, size=w.shape).astype(np.float32)
+                         for w in network.get_weights()])
+
+
+def all_layers(layer):
+    """The layer, and recursively every layer nested in models and wrappers."""
+    found = [layer]
+    for child in getattr(layer, "layers", []):
+        found += all_layers(child)
+    if isinstance(getattr(layer, "layer", None), keras.layers.Layer):
+        found += all_layers(layer.layer)
+    return found
+
+
+@pytest.mark.parametrize("dueling", [True, False], ids=["dueling", "plain"])
+@pytest.mark.parametrize("lstm", [True, False], ids=["lstm", "no_lstm"])
+@pytest.mark.parametrize("input_type", list(InputType), ids=lambda t: t.name)
+def test_output_shapes(input_type, lstm, dueling):
+    config, network, _ = cached_network(input_type, lstm, dueling)
+    obs = random_obs(config, batch=2, time=3)
+    state = (np.zeros((2, UNITS), np.float32),) * 2
+    q, (h, c) = network.unroll(obs, state)
+    assert tuple(q.shape) == (2, 3, NB_ACTIONS)
+    if lstm:
+        assert tuple(h.shape) == (2, UNITS) and tuple(c.shape) == (2, UNITS)
+
+
+def test_dqn_image_model_output_shape_on_36x36_frames():
+    config = make_config(InputType.GRAY_3ch, input_shape=(36, 36, 1))
+    network = R2D2Network(config, DQNImageModel())
+    q, (h, c) = network.unroll(random_obs(config, 2, 3), (np.zeros((2, UNITS), np.float32),) * 2)
+    assert tuple(q.shape) == (2, 3, NB_ACTIONS) and tuple(h.shape) == (2, UNITS)
+    assert {"c1", "c2", "c3"} <= {layer.name for layer in all_layers(network.model)}
+
+
+@pytest.mark.parametrize(("input_type", "bad_shape"), [
+    (InputType.GRAY_2ch, (16, 16, 3)),
+    (InputType.GRAY_3ch, (16, 16, 3)),
+    (InputType.COLOR, (16, 16)),
+])
+def test_frame_shape_not_fitting_input_type_raises_naming_both(input_type, bad_shape):
+    with pytest.raises(ValueError) as info:
+        R2D2Network(make_config(input_type, input_shape=bad_shape), TinyImageModel())
+    assert input_type.name in str(info.value) and str(bad_shape) in str(info.value)
+
+
+@pytest.mark.parametrize("lstm", [True, False], ids=["lstm", "no_lstm"])
+def test_dueling_q_minus_its_mean_equals_advantage_minus_its_mean(lstm):
+    config, network, _ = cached_network(lstm=lstm)
+    randomize_weights(network)
+    model = network.model
+    probe = keras.Model(model.inputs, [model.get_layer("value").output,
+                                       model.get_layer("advantage").output, model.outputs[0]])
+    obs = random_obs(config, 2, 3)
+    inputs = obs if not lstm else [obs, np.ones((2, 3), bool), *random_state(2).transpose(1, 0, 2)]
+    value, advantage, q = (np.asarray(x) for x in probe(inputs))
+    np.testing.assert_allclose(q - q.mean(-1, keepdims=True),
+                               advantage - advantage.mean(-1, keepdims=True), atol=1e-5)
+    np.testing.assert_allclose(q.mean(-1, keepdims=True), value, atol=1e-5)
+
+
+def test_dueling_q_is_unchanged_by_a_constant_added_to_the_advantage_bias():
+    config, network, _ = cached_network()
+    randomize_weights(network)
+    obs, state = random_obs(config, 2, 3), tuple(random_state(2).transpose(1, 0, 2))
+    before = network.unroll(obs, state)[0].numpy()
+    bias = network.model.get_layer("advantage").bias
+    bias.assign(bias + 5.0)
+    after = network.unroll(obs, state)[0].numpy()
+    np.testing.assert_allclose(after, before, atol=1e-5)
+
+
+@pytest.mark.parametrize("dueling", [True, False], ids=["dueling", "plain"])
+@pytest.mark.parametrize("lstm", [True, False], ids=["lstm", "no_lstm"])
+def test_weight_layout_matches_keras_weights(lstm, dueling):
+    config, network, _ = cached_network(lstm=lstm, dueling=dueling)
+    model = network.model
+    keras_layout = [(w.name.split(":")[0].replace("lstm_cell/", ""), tuple(w.shape))
+                    for w in model.weights]
+    assert weight_layout(config) == keras_layout
+    assert [tuple(w.shape) for w in model.get_weights()] == [s for _, s in keras_layout]
+
+
+@pytest.mark.parametrize(("lstm", "dueling"), [(True, True), (True, False), (False, True)],
+                         ids=["lstm_dueling", "lstm_plain", "no_lstm_dueling"])
+def test_numpy_step_by_step_equals_keras_unroll(lstm, dueling):
+    config, network, _ = cached_network(lstm=lstm, dueling=dueling)
+    randomize_weights(network)
+    numpy_net = NumpyNetwork(config, network.get_weights())
+    obs, state = random_obs(config, batch=2, time=5), random_state(2)
+    q_keras, (h, c) = network.unroll(obs, (state[:, 0], state[:, 1]))
+    np_state = state
+    for t in range(5):
+        q_t, np_state = numpy_net.step(obs[:, t], np_state)
+        np.testing.assert_allclose(q_t, q_keras.numpy()[:, t], atol=1e-5)
+    if lstm:
+        np.testing.assert_allclose(np_state[:, 0], h.numpy(), atol=1e-5)
+        np.testing.assert_allclose(np_state[:, 1], c.numpy(), atol=1e-5)
+
+
+def test_masked_steps_keep_the_lstm_state():
+    config, network, _ = cached_network()
+    randomize_weights(network)
+    obs, state = random_obs(config, 2, 4), random_state(2)
+    state = (state[:, 0], state[:, 1])
+    mask = np.array([[False, False, True, True]] * 2)
+    q_masked, (h_masked, c_masked) = network.unroll(obs, state, mask)
+    q_short, (h_short, c_short) = network.unroll(obs[:, 2:], state)
+    np.testing.assert_allclose(q_masked.numpy()[:, 2:], q_short.numpy(), atol=1e-5)
+    np.testing.assert_allclose(h_masked.numpy(), h_short.numpy(), atol=1e-5)
+    np.testing.assert_allclose(c_masked.numpy(), c_short.numpy(), atol=1e-5)
+
+
+def test_all_masked_steps_return_the_initial_state():
+    config, network, _ = cached_network()
+    randomize_weights(network)
+    state = random_state(2)
+    _, (h, c) = network.unroll(random_obs(config, 2, 3), (state[:, 0], state[:, 1]),
+                               np.zeros((2, 3), bool))
+    np.testing.assert_allclose(h.numpy(), state[:, 0], atol=1e-6)
+    np.testing.assert_allclose(c.numpy(), state[:, 1], atol=1e-6)
+
+
+@pytest.mark.parametrize("lstm", [True, False], ids=["lstm", "no_lstm"])
+def test_user_image_model_subclass_is_used(lstm):
+    _, network, image_model = cached_network(InputType.GRAY_2ch, lstm=lstm)
+    layers = all_layers(network.model)
+    names = {layer.name for layer in layers}
+    assert {"tiny_conv", "tiny_flatten"} <= names
+    conv = image_model.created[0]
+    assert any(layer is conv for layer in layers)
+    weight_ids = {id(w) for w in network.model.trainable_weights}
+    assert id(conv.kernel) in weight_ids
+
+
+def test_image_model_changes_the_output():
+    config, network, _ = cached_network(InputType.GRAY_2ch)
+    randomize_weights(network)
+    obs, state = random_obs(config, 1, 2), tuple(random_state(1).transpose(1, 0, 2))
+    before = network.unroll(obs, state)[0].numpy()
+    conv = next(layer for layer in all_layers(network.model) if layer.name == "tiny_conv")
+    conv.kernel.assign(conv.kernel * 0.0)
+    conv.bias.assign(conv.bias * 0.0)
+    after = network.unroll(obs, state)[0].numpy()
+    assert not np.allclose(before, after)
+
+
+def test_initial_state_is_zero_with_batch_and_units_shape():
+    _, network, _ = cached_network()
+    state = network.initial_state(3)
+    assert state.shape == (3, 2, UNITS) and not state.any()
+
+
+def test_stacked_gray_frames_become_channels_in_order():
+    """Frame k of the stack must reach channel k of the image the encoder sees."""
+    config = make_config(InputType.GRAY_2ch, lstm=False, input_shape=(4, 4))
+    seen = {}
+
+    class Probe(ImageModel):
+        def create_image_model(self, c, enable_lstm):
+            seen["tensor"] = c
+            return keras.layers.Flatten()(c)
+
+    network = R2D2Network(config, Probe())
+    torso = network.model.get_layer("image_model_td").layer
+    probe = keras.Model(torso.inputs, seen["tensor"])
+    frames = np.stack([np.full((4, 4), 1.0), np.full((4, 4), 2.0)])[None].astype(np.float32)
+    image = probe(frames).numpy()
+    assert image.shape == (1, 4, 4, 2)
+    assert np.all(image[..., 0] == 1.0) and np.all(image[..., 1] == 2.0)

@@ -1,0 +1,333 @@
+"""Tests of the transport-agnostic actor/learner loops and of the per-actor pipe channel.
+
+Everything here runs in the test process (no child process, no TensorFlow work): the
+loops are driven through in-memory implementations of the transport interfaces.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import pickle
+import struct
+import threading
+import time
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from r2d2_agent.config import R2D2Config
+from r2d2_agent.numpy_net import NumpyNetwork, weight_layout
+from r2d2_agent.process import (
+    PipeExperienceReceiver,
+    PipeExperienceSender,
+    RunCounters,
+    SharedFlag,
+    describe_exit,
+)
+from r2d2_agent.runners import ActorRunner, LearnerRunner
+from r2d2_agent.transport import (
+    ExperienceReceiver,
+    ExperienceSender,
+    WeightsPublisher,
+    WeightsSubscriber,
+)
+
+CTX = multiprocessing.get_context("spawn")
+
+
+def tiny_config(**overrides) -> R2D2Config:
+    base = dict(input_shape=(4,), nb_actions=2, lstm_units=8, dense_units=8, burnin=2,
+                input_length=4, multisteps=2, batch_size=4, memory_capacity=200,
+                actor_sync_interval=10, seed=0)
+    return R2D2Config(**{**base, **overrides})
+
+
+# ------------------------------------------------------------- in-memory transport --
+class ListSender(ExperienceSender):
+    def __init__(self, accept: bool = True) -> None:
+        self.batches: list[list] = []
+        self.accept = accept
+
+    def send(self, items, timeout=None):
+        if self.accept:
+            self.batches.append(list(items))
+        return self.accept
+
+
+class CountingSubscriber(WeightsSubscriber):
+    """Has no weights for the first `empty_pulls` pulls, then a new version on each pull."""
+
+    def __init__(self, weights, empty_pulls: int = 0) -> None:
+        self._weights, self._empty, self._version, self.pulls = weights, empty_pulls, 0, 0
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def pull_if_newer(self):
+        self.pulls += 1
+        if self._empty > 0:
+            self._empty -= 1
+            return None
+        self._version += 1
+        return self._weights
+
+
+class ListReceiver(ExperienceReceiver):
+    def __init__(self, items=()) -> None:
+        self.items = collections.deque(items)
+        self.calls: list[int] = []
+
+    def receive(self, max_items, timeout):
+        self.calls.append(max_items)
+        return [self.items.popleft() for _ in range(min(max_items, len(self.items)))]
+
+
+class ListPublisher(WeightsPublisher):
+    def __init__(self) -> None:
+        self.published: list = []
+
+    def publish(self, arrays):
+        self.published.append(arrays)
+        return len(self.published)
+
+
+class FakeLearner:
+    """Duck-typed `R2D2Learner`: counts what it gets, trains instantly."""
+
+    def __init__(self, warmup: int = 2) -> None:
+        self.config = SimpleNamespace(batch_size=2)
+        self.warmup, self.priorities, self.updates = warmup, [], 0
+
+    @property
+    def ready(self) -> bool:
+        return len(self.priorities) >= self.warmup
+
+    def add(self, sequence, priority) -> None:
+        self.priorities.append(priority)
+
+    def step(self) -> dict:
+        self.updates += 1
+        return {"loss": 1.0 / self.updates}
+
+    def get_weights(self) -> list:
+        return [np.full(2, self.updates, np.float32)]
+
+
+class HookRecorder:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        if not name.startswith("on_r2d2_"):
+            raise AttributeError(name)
+        return lambda *args: self.calls.append(name)
+
+
+def random_weights(config: R2D2Config) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.normal(0, 0.3, shape).astype(np.float32) for _, shape in weight_layout(config)]
+
+
+# ------------------------------------------------------------------- actor loop -----
+def test_actor_runner_sends_sequences_with_step_counts_and_pulls_weights():
+    config = tiny_config()
+    env = gym.make("CartPole-v1")
+    sender, subscriber = ListSender(), CountingSubscriber(random_weights(config), empty_pulls=3)
+    hooks, episodes = HookRecorder(), []
+
+    class Progress:
+        steps = 0
+
+        def on_steps(self, total_steps):
+            Progress.steps = total_steps
+
+        def on_episode(self, episode_return, episode_steps):
+            episodes.append((episode_return, episode_steps))
+
+    runner = ActorRunner(0, config, env, NumpyNetwork(config), sender, subscriber,
+                         epsilon=0.5, seed=3, send_batch_size=3, progress=Progress(),
+                         callbacks=[hooks])
+    runner.run(lambda: runner.steps >= 205)
+    env.close()
+    items = [item for batch in sender.batches for item in batch]
+    assert runner.steps == Progress.steps == 205
+    assert hooks.calls == ["on_r2d2_actor_begin", "on_r2d2_actor_end"]
+    assert 0 < sum(steps for _, _, steps in items) <= 205  # every step counted once
+    assert runner.items_sent == len(items) > 0
+    sequence, priority, _ = items[0]
+    assert sequence["obs"].shape == (config.sequence_length, 1, 4)
+    assert sequence["state"].shape == (2, config.lstm_units)
+    assert np.isfinite(priority) and priority >= 0
+    # waited for the first weights (3 empty pulls), then one pull per actor_sync_interval
+    assert runner.weight_pulls == 1 + (205 - 1) // config.actor_sync_interval
+    assert episodes and sum(n for _, n in episodes) <= 205
+    assert all(ret == n for ret, n in episodes)  # CartPole: reward 1 per step
+
+
+def test_actor_runner_stops_when_sender_refuses():
+    config = tiny_config()
+    env = gym.make("CartPole-v1")
+    runner = ActorRunner(0, config, env, NumpyNetwork(config), ListSender(accept=False),
+                         CountingSubscriber(random_weights(config)), epsilon=1.0, seed=0,
+                         send_batch_size=1)
+    runner.run(lambda: False)  # would never stop by itself
+    env.close()
+    assert 0 < runner.steps < 100
+
+
+def test_actor_runner_without_weights_never_acts():
+    config = tiny_config()
+    subscriber = CountingSubscriber(random_weights(config), empty_pulls=10**9)
+    calls = []
+    runner = ActorRunner(0, config, gym.make("CartPole-v1"), NumpyNetwork(config), ListSender(),
+                         subscriber, epsilon=0.0)
+    runner.run(lambda: calls.append(1) or len(calls) > 3)
+    assert runner.steps == 0 and subscriber.pulls >= 3
+
+
+# ----------------------------------------------------------------- learner loop -----
+def items(n: int, env_steps: int = 4) -> list:
+    return [({"i": i}, 1.0, env_steps) for i in range(n)]
+
+
+def test_learner_runner_stops_at_nb_trains_and_publishes():
+    learner, publisher, hooks = FakeLearner(), ListPublisher(), HookRecorder()
+    runner = LearnerRunner(learner, ListReceiver(items(100)), publisher, publish_interval=4,
+                           nb_trains=10, callbacks=[hooks], receive_timeout=0.0)
+    runner.run(lambda: False)
+    assert runner.updates == learner.updates == 10
+    # initial, every 4 updates (4, 8), final (10)
+    assert [int(w[0][0]) for w in publisher.published] == [0, 4, 8, 10]
+    assert runner.version == 4 and runner.metrics == {"loss": 0.1}
+    assert hooks.calls[0] == "on_r2d2_learner_begin" and hooks.calls[-1] == "on_r2d2_learner_end"
+    assert hooks.calls.count("on_r2d2_learner_train_begin") == 10
+
+
+def test_learner_runner_rate_limit_waits_for_data():
+    # 10 items x 4 env steps at 4 env steps per update: 10 updates earned after warm-up.
+    learner = FakeLearner(warmup=2)
+    runner = LearnerRunner(learner, ListReceiver(items(10)), ListPublisher(),
+                           env_steps_per_update=4, ratio_tolerance=2, receive_batch=2,
+                           receive_timeout=0.0)
+    iterations = []
+    runner.run(lambda: iterations.append(1) or len(iterations) > 500)
+    # warm-up consumed 2 items (8 steps) before the reference point: the other 8 items
+    # earn 8 updates, and the learner may run ahead by the tolerance (2), no further.
+    assert runner.sequences_received == 10
+    assert runner.updates == 8 + 2
+
+
+def test_learner_runner_rate_limit_pushes_back_when_behind():
+    receiver = ListReceiver(items(10_000))
+    runner = LearnerRunner(FakeLearner(), receiver, ListPublisher(), env_steps_per_update=1,
+                           ratio_tolerance=5, receive_batch=10, receive_timeout=0.0)
+    drifts = []
+
+    class Progress:
+        def on_learner_progress(self, r):
+            drifts.append(r._drift())
+
+    runner.progress = Progress()
+    iterations = []
+    runner.run(lambda: iterations.append(1) or len(iterations) > 2000)
+    # each item earns 4 updates; the learner stops receiving while >= 5 updates behind,
+    # so it never falls behind by more than the tolerance plus one receive (10 x 4)
+    assert min(drifts) > -(5 + 40)
+    assert runner.sequences_received < 1000  # most of the data was left in the channel
+    assert runner.updates > 900
+
+
+def test_learner_runner_without_rate_limit_trains_every_iteration():
+    runner = LearnerRunner(FakeLearner(), ListReceiver(items(50)), ListPublisher(),
+                           receive_batch=5, receive_timeout=0.0)
+    iterations = []
+    runner.run(lambda: iterations.append(1) or len(iterations) > 100)
+    assert runner.sequences_received == 50
+    assert runner.updates == 100  # ready after the first receive, then one per iteration
+
+
+# ---------------------------------------------------------------- pipe channel -------
+def test_pipe_channel_moves_batches_and_splits_them():
+    stop = SharedFlag(CTX)
+    r, w = CTX.Pipe(duplex=False)
+    sender, receiver = PipeExperienceSender(w, stop), PipeExperienceReceiver(connections=[r])
+    assert sender.send([1, 2, 3]) and sender.send([4])
+    assert receiver.receive(2, timeout=1.0) == [1, 2]
+    assert receiver.receive(10, timeout=1.0) == [3, 4]
+    t0 = time.monotonic()
+    assert receiver.receive(10, timeout=0.1) == []
+    assert time.monotonic() - t0 >= 0.09
+    sender.close()
+    assert receiver.receive(10, timeout=0.5) == [] and receiver.connections == 0
+    receiver.close()
+
+
+def test_pipe_sender_blocks_when_full_and_gives_up_on_stop():
+    stop = SharedFlag(CTX)
+    r, w = CTX.Pipe(duplex=False)
+    sender = PipeExperienceSender(w, stop, poll_interval=0.02)
+    big = [np.zeros(64 * 1024, np.uint8)]
+    with pytest.raises(TimeoutError):
+        for _ in range(100):  # the pipe holds at most a few of these
+            sender.send(big, timeout=0.3)
+    threading.Timer(0.2, stop.set).start()
+    t0 = time.monotonic()
+    assert sender.send(big) is False  # blocked until stop, then refused
+    assert time.monotonic() - t0 < 2.0
+    r.close()
+    w.close()
+
+
+def test_pipe_receiver_drops_a_pipe_cut_in_the_middle_of_a_message():
+    r, w = CTX.Pipe(duplex=False)
+    r2, w2 = CTX.Pipe(duplex=False)
+    receiver = PipeExperienceReceiver(connections=[r, r2])
+    # what a writer killed mid-message leaves: a length header promising more bytes
+    import os
+
+    os.write(w.fileno(), struct.pack("!i", 1000) + b"x" * 10)
+    w.close()
+    w2.send_bytes(pickle.dumps(["ok"]))
+    got, t0 = [], time.monotonic()
+    while not got and time.monotonic() - t0 < 2:
+        got += receiver.receive(10, timeout=0.2)
+    assert got == ["ok"]
+    assert receiver.receive(10, timeout=0.1) == []
+    assert receiver.connections == 1  # the cut pipe is gone, the healthy one stays
+    receiver.close()
+    w2.close()
+
+
+def test_pipe_receiver_takes_new_pipes_from_the_control_pipe():
+    control_r, control_w = CTX.Pipe(duplex=False)
+    receiver = PipeExperienceReceiver(control=control_r)
+    r, w = CTX.Pipe(duplex=False)
+    control_w.send(("connect", 0, r))  # transfers the connection, as to another process
+    r.close()
+    w.send_bytes(pickle.dumps([("seq", 1.0, 4)]))
+    got, t0 = [], time.monotonic()
+    while not got and time.monotonic() - t0 < 5:
+        got += receiver.receive(10, timeout=0.5)
+    assert got == [("seq", 1.0, 4)] and receiver.connections == 1
+    control_w.close()  # the manager is gone: the learner must notice
+    with pytest.raises(RuntimeError, match="manager gone"):
+        receiver.receive(10, timeout=0.5)
+    receiver.close()
+    w.close()
+    control_r.close()
+
+
+def test_counters_and_flag():
+    counters, flag = RunCounters(CTX, 3), SharedFlag(CTX)
+    counters.actor_steps[0], counters.actor_steps[2] = 5, 7
+    assert counters.total_steps() == 12
+    counters.learner[0] = 9
+    assert counters.learner_value("updates") == 9
+    assert not flag.is_set()
+    flag.set()
+    assert flag.is_set()
+    assert describe_exit(-9) == "killed by SIGKILL" and describe_exit(1) == "exit code 1"
