@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from r2d2_agent.actor import R2D2Actor, make_adder, make_policy
-from r2d2_agent.compat import keras, rl_core
+from r2d2_agent.compat import keras, rl_core, set_global_seed
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.envs import as_keras_rl_env
 from r2d2_agent.image_models import ImageModel
@@ -45,6 +45,8 @@ class R2D2Agent(rl_core.Agent):
                  observation_dtype: Any = np.float32,
                  use_numpy_policy: bool | None = None) -> None:
         super().__init__(processor=processor)
+        if config.seed is not None:
+            set_global_seed(config.seed)  # weight init, exploration, env resets
         self.config = config
         self.image_model = image_model
         self.learner = R2D2Learner(config, image_model, observation_dtype)

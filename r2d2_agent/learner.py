@@ -129,7 +129,8 @@ class R2D2Learner:
         return self.last_metrics
 
     def _copy_graph(self) -> None:
-        for target, online in zip(self.target.model.weights, self.online.model.weights):
+        pairs = zip(self.target.model.weights, self.online.model.weights, strict=True)
+        for target, online in pairs:
             target.assign(online)
 
     def _train_graph(self, obs: Any, burnin_mask: Any, state: Any, actions: Any,
@@ -169,7 +170,7 @@ class R2D2Learner:
             loss = losses.sequence_loss(td, mask, weights, cfg.loss)
         variables = self.online.model.trainable_variables
         grads = tape.gradient(loss, variables)
-        self.optimizer.apply_gradients(zip(grads, variables))
+        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
         # 6. New priorities: η · max|δ| + (1 - η) · mean|δ| over the valid steps.
         priorities = losses.sequence_priorities(td, mask, cfg.priority_eta)
         mean_q = tf.reduce_sum(q_taken * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)

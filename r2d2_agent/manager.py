@@ -22,7 +22,6 @@ import math
 import multiprocessing
 import pickle
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,59 +30,11 @@ from r2d2_agent.config import R2D2Config
 from r2d2_agent.numpy_net import supports_numpy
 from r2d2_agent.process import R2D2ProcessError
 from r2d2_agent.runners import call_hooks
+from r2d2_agent.supervisor import Progress, Supervisor, TrainResult
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Progress", "R2D2Manager", "R2D2ProcessError", "TrainResult"]
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A snapshot of a running `R2D2Manager.train`, handed to its `on_progress` hook."""
-
-    elapsed_seconds: float
-    env_steps: int
-    actor_env_steps: tuple[int, ...]
-    learner_updates: int
-    sequences_received: int
-    weights_version: int
-    loss: float
-    episodes: int
-    recent_mean_return: float | None
-    """Mean return of the last 20 episodes over all actors (None before the first)."""
-    actor_pids: tuple[int | None, ...]
-    learner_pid: int | None
-    actor_restarts: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """What one `R2D2Manager.train` did. Counters are Python ints."""
-
-    env_steps: int
-    """Env steps over all actors (may pass `nb_steps` by at most actor_num - 1)."""
-    learner_updates: int
-    sequences_received: int
-    weights_version: int
-    elapsed_seconds: float
-    stop_reason: str
-    """"nb_steps", "nb_trains", "max_seconds" or "interrupted" (Ctrl-C)."""
-    actor_env_steps: list[int]
-    episode_returns: list[list[float]]
-    """Per actor index, the returns of its finished episodes, in order."""
-    actor_restarts: list[int]
-    actor_info: list[dict[str, Any]] = field(default_factory=list)
-    """Per actor, what its last process reported at exit (pid, policy, tensorflow_loaded)."""
-
-    @property
-    def interrupted(self) -> bool:
-        """Whether the run was stopped by Ctrl-C."""
-        return self.stop_reason == "interrupted"
-
-    def recent_mean_return(self, episodes: int = 20) -> float | None:
-        """Mean return of each actor's last `episodes` episodes, pooled (None if none)."""
-        recent = [r for returns in self.episode_returns for r in returns[-episodes:]]
-        return float(np.mean(recent)) if recent else None
 
 
 class R2D2Manager:
@@ -139,6 +90,8 @@ class R2D2Manager:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
         if env_steps_per_update is not None and not env_steps_per_update > 0:
             raise ValueError(f"env_steps_per_update must be > 0, got {env_steps_per_update}")
+        if not ratio_tolerance >= 1:
+            raise ValueError(f"ratio_tolerance must be >= 1 update, got {ratio_tolerance}")
         if not callable(env_factory):
             raise TypeError(f"env_factory must be a zero-argument callable returning a "
                             f"gymnasium env, got {type(env_factory).__name__}")
@@ -156,14 +109,15 @@ class R2D2Manager:
         self.ratio_tolerance, self.publish_interval = ratio_tolerance, publish_interval
         self.send_batch_size, self.progress = send_batch_size, progress
         self.shutdown_timeout = shutdown_timeout
-        self._env_blob = _pickle("env_factory", env_factory, "use a module-level function or "
-                                 "functools.partial(gymnasium.make, 'CartPole-v1'); lambdas "
-                                 "and local functions cannot be pickled")
+        _pickle("env_factory", env_factory, "use a module-level function or functools."
+                "partial(gymnasium.make, 'CartPole-v1'); lambdas and local functions cannot "
+                "be pickled")
         _pickle("image_model", image_model, "define it at module level")
         _pickle("callbacks", self.callbacks, "define callback classes at module level")
         _check_env(env_factory, config)
         self._run: Any = None
         self._final_weights: list[np.ndarray] | None = None
+        self._eval_policy: Any = None
 
     def train(self, nb_steps: int | None = None, nb_trains: int | None = None,
               max_seconds: float | None = None, *,
@@ -187,8 +141,6 @@ class R2D2Manager:
             R2D2ProcessError: the learner failed, or an actor died more than
                 `max_actor_restarts` times; the message holds the child's traceback.
         """
-        from r2d2_agent.supervisor import Supervisor
-
         for name, value in (("nb_steps", nb_steps), ("nb_trains", nb_trains)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
@@ -237,6 +189,48 @@ class R2D2Manager:
         agent.learner.set_weights(weights)
         agent.sync_actor()
         return agent
+
+    def request_stop(self) -> None:
+        """Asks a running `train` to stop at its next poll (stop_reason "requested").
+
+        Safe to call from `on_progress` or from another thread.
+        """
+        if self._run is not None:
+            self._run.stop_requested = True
+
+    def evaluate(self, nb_episodes: int = 10, env: Any = None, seed: int | None = None
+                 ) -> list[float]:
+        """Plays episodes in this process with the latest weights and `config.test_epsilon`.
+
+        With the numpy policy (value inputs) this needs no TensorFlow, so it can run from
+        `on_progress` while training goes on.
+
+        Args:
+            nb_episodes: episodes to play.
+            env: a gymnasium env to play in (kept open); a new one from the factory if None.
+            seed: seed of the first reset.
+
+        Returns:
+            The episode returns.
+        """
+        from r2d2_agent.actor import make_policy
+        from r2d2_agent.runners import play_episodes
+
+        weights = self.latest_weights()
+        if weights is None:
+            raise RuntimeError("no learner weights yet: call train() first")
+        if self._eval_policy is None:
+            self._eval_policy = make_policy(self.config, self.image_model,
+                                            self.use_numpy_policy)
+        self._eval_policy.set_weights(weights)
+        own_env = env is None
+        env = self.env_factory() if own_env else env
+        try:
+            return play_episodes(self.config, self._eval_policy, env, nb_episodes,
+                                 epsilon=self.config.test_epsilon, seed=seed)
+        finally:
+            if own_env:
+                env.close()
 
     def close(self) -> None:
         """Releases everything (`train` already does on return; kept for `with`)."""

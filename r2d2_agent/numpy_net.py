@@ -75,7 +75,7 @@ class NumpyNetwork:
         """Sets the weights (Keras order); raises ValueError on a shape mismatch."""
         if len(weights) != len(self.layout):
             raise ValueError(f"expected {len(self.layout)} weight arrays, got {len(weights)}")
-        for (name, shape), array in zip(self.layout, weights):
+        for (name, shape), array in zip(self.layout, weights, strict=True):
             if tuple(array.shape) != shape:
                 raise ValueError(f"weight {name}: expected shape {shape}, got {array.shape}")
             self.w[name] = np.asarray(array, dtype=np.float32)

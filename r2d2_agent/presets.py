@@ -16,6 +16,9 @@ _CARTPOLE: dict[str, Any] = dict(
     memory_warmup=50, learning_rate=1e-3, target_update_interval=100, train_interval=4,
     actor_sync_interval=20, epsilon=0.1, is_anneal_updates=10_000)
 
+# The partially observable task needs longer credit assignment and a steadier target.
+_MASKED: dict[str, Any] = dict(input_shape=(2,), multisteps=5, target_update_interval=250)
+
 
 def cartpole_config(**overrides: Any) -> R2D2Config:
     """R2D2 for gymnasium's `CartPole-v1` (observation (4,), 2 actions).
@@ -33,4 +36,4 @@ def masked_cartpole_config(**overrides: Any) -> R2D2Config:
     Args:
         **overrides: any `R2D2Config` field.
     """
-    return R2D2Config(**{**_CARTPOLE, "input_shape": (2,), **overrides})
+    return R2D2Config(**{**_CARTPOLE, **_MASKED, **overrides})

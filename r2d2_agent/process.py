@@ -28,6 +28,7 @@ import pickle
 import random
 import select
 import signal
+import struct
 import sys
 import time
 import traceback
@@ -132,6 +133,12 @@ class RunCounters:
 class PipeExperienceSender(ExperienceSender):
     """Sends pickled item batches through this actor's own pipe (bounded by the pipe).
 
+    Writes are non-blocking, so a full pipe never stops the actor from seeing the stop
+    flag or a timeout, even in the middle of a large message. The bytes on the wire are
+    those of `Connection.send_bytes` (a ``!i`` length, or -1 and a ``!Q`` length, then
+    the payload), so the learner reads them with `Connection.recv_bytes`. A message given
+    up half-way closes the pipe, so the reader sees end-of-file instead of waiting.
+
     Args:
         conn: the write end of the actor's pipe.
         stop: stop flag; a blocked `send` gives up once it is set.
@@ -140,26 +147,52 @@ class PipeExperienceSender(ExperienceSender):
 
     def __init__(self, conn: Connection, stop: SharedFlag, poll_interval: float = 0.1) -> None:
         self._conn, self._stop, self._poll = conn, stop, poll_interval
+        os.set_blocking(conn.fileno(), False)
 
     def send(self, items: list, timeout: float | None = None) -> bool:
-        """See `ExperienceSender.send`; a closed learner end counts as stop if stop is set."""
-        if self._stop.is_set():
-            return False
+        """See `ExperienceSender.send`.
+
+        Raises:
+            TimeoutError: still full after `timeout` s (the pipe is closed if a part of
+                the message was written).
+            BrokenPipeError: the learner closed its end while stop is not set.
+        """
+        if self._conn.closed:
+            raise BrokenPipeError("experience pipe closed by an earlier failed send")
         payload = pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
+        size = len(payload)
+        header = (struct.pack("!i", size) if size <= 0x7FFFFFFF
+                  else struct.pack("!i", -1) + struct.pack("!Q", size))
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._stop.is_set():
-            wait_s = self._poll if deadline is None else min(self._poll,
-                                                              deadline - time.monotonic())
-            if wait_s < 0:
-                raise TimeoutError(f"experience pipe still full after {timeout} s")
-            if select.select([], [self._conn.fileno()], [], wait_s)[1]:
+        fd, written = self._conn.fileno(), 0
+        for view in (memoryview(header), memoryview(payload)):
+            while view:
+                if self._stop.is_set():
+                    return self._give_up(written, None)
+                wait_s = self._poll
+                if deadline is not None:
+                    wait_s = min(wait_s, deadline - time.monotonic())
+                    if wait_s <= 0:
+                        return self._give_up(written, TimeoutError(
+                            f"experience pipe still full after {timeout} s"))
+                if not select.select([], [fd], [], wait_s)[1]:
+                    continue
                 try:
-                    self._conn.send_bytes(payload)
+                    n = os.write(fd, view)
+                except BlockingIOError:
+                    continue
                 except BrokenPipeError:
                     if self._stop.is_set():
                         return False
                     raise
-                return True
+                view, written = view[n:], written + n
+        return True
+
+    def _give_up(self, written: int, error: Exception | None) -> bool:
+        if written:  # a cut message: close so that the reader gets end-of-file
+            self._conn.close()
+        if error is not None:
+            raise error
         return False
 
     def close(self) -> None:
@@ -222,7 +255,10 @@ class PipeExperienceReceiver(ExperienceReceiver):
                 break
             sources = self._conns + ([self._control] if self._control is not None else [])
             remaining = 0.0 if out else max(0.0, deadline - time.monotonic())
-            ready = wait(sources, remaining) if sources else time.sleep(remaining) or []
+            if not sources:
+                time.sleep(remaining)
+                break
+            ready = wait(sources, remaining)
             if not ready:
                 break
             for conn in ready:
@@ -314,6 +350,20 @@ def run_child(main: Callable[..., None], options: ChildOptions, events: Connecti
         events.close()
 
 
+class _ParentWatch:
+    """`stop` raised, or the manager died (this process was re-parented): checked cheaply."""
+
+    def __init__(self, stop: SharedFlag, every: int = 256) -> None:
+        self._stop, self._ppid, self._every, self._calls = stop, os.getppid(), every, 0
+
+    def __call__(self) -> bool:
+        self._calls += 1
+        if self._calls % self._every == 0 and os.getppid() != self._ppid:
+            logger.warning("the manager process is gone; stopping")
+            self._stop.set()  # only this process's view matters: the manager is gone
+        return self._stop.is_set()
+
+
 class _ActorReporter:
     """`ActorProgress` writing the actor's counter slot and sending episode returns."""
 
@@ -362,8 +412,10 @@ def actor_main(events: Connection, conn: Connection, stop: SharedFlag, counters:
     runner = ActorRunner(index, config, env, policy, sender, subscriber, callbacks=callbacks,
                          progress=_ActorReporter(counters, index, events), **kwargs)
 
+    stopped = _ParentWatch(stop)
+
     def should_stop() -> bool:
-        return stop.is_set() or (nb_steps is not None and counters.total_steps() >= nb_steps)
+        return stopped() or (nb_steps is not None and counters.total_steps() >= nb_steps)
 
     try:
         runner.run(should_stop)
@@ -397,8 +449,9 @@ def learner_main(events: Connection, control: Connection, stop: SharedFlag,
     if initial_weights is not None:
         learner.set_weights(initial_weights)
     events.send(("spec", WeightsSpec.from_arrays(learner.get_weights())))
+    stopped = _ParentWatch(stop, every=1)
     while not control.poll(0.1):
-        if stop.is_set():
+        if stopped():
             return
     kind, handle = control.recv()
     if kind != "weights":
@@ -407,7 +460,7 @@ def learner_main(events: Connection, control: Connection, stop: SharedFlag,
     runner = LearnerRunner(learner, receiver, publisher, callbacks=callbacks,
                            progress=_LearnerReporter(counters), **kwargs)
     try:
-        runner.run(stop.is_set)
+        runner.run(_ParentWatch(stop, every=16))
     finally:
         _LearnerReporter(counters).on_learner_progress(runner)
         receiver.close()

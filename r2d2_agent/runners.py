@@ -1,22 +1,18 @@
 """The actor loop and the learner loop, written against the transport interfaces only.
 
-`ActorRunner` acts in one environment and talks to the rest of the system through an
-`ExperienceSender` (sequences out) and a `WeightsSubscriber` (weights in); `LearnerRunner`
-trains an `R2D2Learner` from an `ExperienceReceiver` (sequences in) and a
-`WeightsPublisher` (weights out). Neither knows whether its peers live in the same process,
-in other processes (`r2d2_agent.manager`) or on other machines, so another backend (e.g.
-Ray) only has to provide these four interfaces.
+`ActorRunner` talks to the system through an `ExperienceSender` (sequences out) and a
+`WeightsSubscriber` (weights in); `LearnerRunner` through an `ExperienceReceiver`
+(sequences in) and a `WeightsPublisher` (weights out). Neither knows whether its peers
+run in the same process, in other processes (`r2d2_agent.manager`) or on other machines:
+another backend (e.g. Ray) only provides those four interfaces. No TensorFlow import here.
 
 An experience item is a plain tuple ``(sequence, priority, env_steps)``: a sequence dict
 from the `SequenceAdder`, its initial priority, and the env steps the actor took since its
 previous item (the learner's rate limiter counts env steps with them).
-
-Neither module-level import here loads TensorFlow.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -32,27 +28,21 @@ from r2d2_agent.transport import (
     WeightsSubscriber,
 )
 
-logger = logging.getLogger(__name__)
-
 ExperienceItem = tuple[dict[str, np.ndarray], float, int]
 """(sequence dict, initial priority, env steps since the actor's previous item)."""
 
 
 class ActorProgress(Protocol):
-    """Where an actor reports its progress (e.g. shared counters read by a manager)."""
+    """Where an actor reports progress: its total after every step, every episode end."""
 
-    def on_steps(self, total_steps: int) -> None:
-        """Called after every env step with the actor's total env steps."""
-
-    def on_episode(self, episode_return: float, episode_steps: int) -> None:
-        """Called at the end of every episode."""
+    def on_steps(self, total_steps: int) -> None: ...
+    def on_episode(self, episode_return: float, episode_steps: int) -> None: ...
 
 
 class LearnerProgress(Protocol):
-    """Where a learner reports its progress."""
+    """Where a learner reports progress, after every loop iteration."""
 
-    def on_learner_progress(self, runner: LearnerRunner) -> None:
-        """Called after every loop iteration (read `runner`'s counters)."""
+    def on_learner_progress(self, runner: LearnerRunner) -> None: ...
 
 
 def call_hooks(callbacks: Sequence[Any], name: str, *args: Any) -> None:
@@ -80,8 +70,7 @@ class ActorRunner:
         seed: seeds the env's first reset, its action space and the actor's ε draws.
         observation_dtype: dtype of stored observations.
         send_batch_size: items gathered before one `sender.send` (also sent at episode end).
-        progress: optional progress sink.
-        callbacks: objects with `on_r2d2_actor_begin/end(actor_index, runner)` hooks.
+        progress: optional progress sink; callbacks: `on_r2d2_actor_begin/end` hooks.
     """
 
     def __init__(self, index: int, config: R2D2Config, env: Any, policy: Policy,
@@ -97,14 +86,8 @@ class ActorRunner:
         self.progress, self.callbacks = progress, tuple(callbacks)
         self.actor = R2D2Actor(config, policy, make_adder(config, self._collect,
                                                           observation_dtype), epsilon, seed)
-        self.steps = 0
-        """Env steps taken by this runner."""
-        self.episodes = 0
-        """Episodes finished by this runner."""
-        self.items_sent = 0
-        """Experience items handed to the sender."""
-        self.weight_pulls = 0
-        """Weight sets taken from the subscriber."""
+        # env steps, finished episodes, items handed to the sender, weight sets pulled
+        self.steps = self.episodes = self.items_sent = self.weight_pulls = 0
         self._pending: list[ExperienceItem] = []
         self._steps_unsent = 0
 
@@ -117,10 +100,9 @@ class ActorRunner:
         if not self._pending:
             return True
         items, self._pending = self._pending, []
-        if not self.sender.send(items):
-            return False
-        self.items_sent += len(items)
-        return True
+        sent = self.sender.send(items)
+        self.items_sent += len(items) if sent else 0
+        return sent
 
     def _pull_weights(self, should_stop: Callable[[], bool], wait: bool) -> bool:
         """Takes newer weights if any; with `wait`, until the first set arrives or stop."""
@@ -160,11 +142,9 @@ class ActorRunner:
             action = actor.select_action()
             observation, reward, terminated, truncated, _ = env.step(action)
             actor.observe(action, float(reward), observation, terminated, truncated)
-            self.steps += 1
-            self._steps_unsent += 1
-            since_sync += 1
+            self.steps, self._steps_unsent = self.steps + 1, self._steps_unsent + 1
+            since_sync, episode_steps = since_sync + 1, episode_steps + 1
             episode_return += float(reward)
-            episode_steps += 1
             if self.progress is not None:
                 self.progress.on_steps(self.steps)
             if terminated or truncated:
@@ -197,18 +177,15 @@ class LearnerRunner:
     actors are still slowed down by back-pressure, never buffered without bound).
 
     Args:
-        learner: an `R2D2Learner` (or anything with `add`, `ready`, `step`, `updates`,
-            `get_weights`).
-        receiver: where experience items come from.
-        publisher: where weights go.
+        learner: an `R2D2Learner` (duck typing: `config`, `add`, `ready`, `step`,
+            `get_weights`); receiver, publisher: experience in, weights out.
         publish_interval: learner updates between weight publications.
         receive_batch: most items taken per iteration; default 4 × `config.batch_size`.
         env_steps_per_update: target env steps per update; None disables rate limiting.
         ratio_tolerance: allowed drift from the target, in updates.
         nb_trains: stop after this many updates (None: until `should_stop`).
         receive_timeout: seconds to wait for experience when there is nothing else to do.
-        callbacks: objects with `on_r2d2_learner_*` hooks.
-        progress: optional progress sink.
+        callbacks: `on_r2d2_learner_*` hooks; progress: optional progress sink.
     """
 
     def __init__(self, learner: Any, receiver: ExperienceReceiver, publisher: WeightsPublisher,
@@ -219,30 +196,19 @@ class LearnerRunner:
         if publish_interval < 1:
             raise ValueError(f"publish_interval must be >= 1, got {publish_interval}")
         if env_steps_per_update is not None and not env_steps_per_update > 0:
-            raise ValueError(f"env_steps_per_update must be > 0 or None, "
-                             f"got {env_steps_per_update}")
+            raise ValueError(f"env_steps_per_update must be > 0, got {env_steps_per_update}")
         if ratio_tolerance < 1:
             raise ValueError(f"ratio_tolerance must be >= 1 update, got {ratio_tolerance}")
         self.learner, self.receiver, self.publisher = learner, receiver, publisher
-        self.publish_interval = publish_interval
+        self.publish_interval, self.ratio_tolerance = publish_interval, float(ratio_tolerance)
         self.receive_batch = receive_batch or 4 * learner.config.batch_size
         self.env_steps_per_update = env_steps_per_update
-        self.ratio_tolerance = float(ratio_tolerance)
         self.nb_trains, self.receive_timeout = nb_trains, receive_timeout
         self.callbacks, self.progress = tuple(callbacks), progress
-        self.updates = 0
-        """Updates done by this runner."""
-        self.sequences_received = 0
-        """Experience items added to replay."""
-        self.env_steps_received = 0
-        """Env steps the received items account for."""
-        self.version = 0
-        """Latest published weights version."""
-        self.metrics: dict[str, float] = {}
-        """Metrics of the latest update."""
+        # updates done, items added to replay, env steps they account for, latest version
+        self.updates = self.sequences_received = self.env_steps_received = self.version = 0
+        self.metrics: dict[str, float] = {}  # of the latest update
         self._ready_steps: int | None = None  # env_steps_received when replay became ready
-
-    # Rate limiter --------------------------------------------------------------------
 
     def _drift(self) -> float:
         """Updates done minus updates the received env steps allow (> 0: learner ahead)."""
@@ -260,8 +226,6 @@ class LearnerRunner:
 
     def _should_receive(self) -> bool:
         return self._drift() > -self.ratio_tolerance
-
-    # Loop ------------------------------------------------------------------------------
 
     def _add(self, items: list[ExperienceItem]) -> None:
         for sequence, priority, env_steps in items:
@@ -304,3 +268,32 @@ class LearnerRunner:
                 self.publish()
         if self.progress is not None:
             self.progress.on_learner_progress(self)
+
+
+def play_episodes(config: R2D2Config, policy: Policy, env: Any, nb_episodes: int, *,
+                  epsilon: float = 0.0, seed: int | None = None) -> list[float]:
+    """Plays episodes without recording anything (e.g. a greedy evaluation).
+
+    Args:
+        config: the agent's configuration.
+        policy: the network to act with.
+        env: a gymnasium environment.
+        nb_episodes: episodes to play.
+        epsilon: exploration rate (0: greedy).
+        seed: seed of the first reset (later resets continue the env's RNG).
+
+    Returns:
+        The episode returns.
+    """
+    actor, returns = R2D2Actor(config, policy, None, epsilon, seed), []
+    for episode in range(nb_episodes):
+        observation, _ = env.reset(seed=seed if episode == 0 else None)
+        actor.observe_first(observation)
+        total, done = 0.0, False
+        while not done:
+            action = actor.select_action()
+            observation, reward, terminated, truncated, _ = env.step(action)
+            actor.observe(action, float(reward), observation, terminated, truncated)
+            total, done = total + float(reward), terminated or truncated
+        returns.append(total)
+    return returns

@@ -10,10 +10,14 @@ closes every pipe and unlinks the segment, whatever happened before.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import pickle
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -39,6 +43,56 @@ logger = logging.getLogger(__name__)
 _POLL_S = 0.1
 
 
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot of a running `R2D2Manager.train`, handed to its `on_progress` hook."""
+
+    elapsed_seconds: float
+    env_steps: int
+    actor_env_steps: tuple[int, ...]
+    learner_updates: int
+    sequences_received: int
+    weights_version: int
+    loss: float
+    episodes: int
+    recent_mean_return: float | None
+    """Mean return of the last 20 episodes over all actors (None before the first)."""
+    actor_pids: tuple[int | None, ...]
+    learner_pid: int | None
+    actor_restarts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one `R2D2Manager.train` did. Counters are Python ints."""
+
+    env_steps: int
+    """Env steps over all actors (may pass `nb_steps` by at most actor_num - 1)."""
+    learner_updates: int
+    sequences_received: int
+    weights_version: int
+    elapsed_seconds: float
+    stop_reason: str
+    """"nb_steps", "nb_trains", "max_seconds", "requested" (`request_stop`) or
+    "interrupted" (Ctrl-C)."""
+    actor_env_steps: list[int]
+    episode_returns: list[list[float]]
+    """Per actor index, the returns of its finished episodes, in order."""
+    actor_restarts: list[int]
+    actor_info: list[dict[str, Any]] = field(default_factory=list)
+    """Per actor, what its last process reported at exit (pid, policy, tensorflow_loaded)."""
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run was stopped by Ctrl-C."""
+        return self.stop_reason == "interrupted"
+
+    def recent_mean_return(self, episodes: int = 20) -> float | None:
+        """Mean return of each actor's last `episodes` episodes, pooled (None if none)."""
+        recent = [r for returns in self.episode_returns for r in returns[-episodes:]]
+        return float(np.mean(recent)) if recent else None
+
+
 class _Child:
     """A child process and the read end of its event pipe."""
 
@@ -58,7 +112,7 @@ class Supervisor:
 
     def __init__(self, manager: Any, ctx: BaseContext, nb_steps: int | None,
                  nb_trains: int | None, max_seconds: float | None,
-                 on_progress: Callable[[Any], None] | None) -> None:
+                 on_progress: Callable[[Progress], None] | None) -> None:
         self.m, self.ctx = manager, ctx
         self.nb_steps, self.nb_trains, self.max_seconds = nb_steps, nb_trains, max_seconds
         self.on_progress = on_progress
@@ -74,26 +128,26 @@ class Supervisor:
         self.control: Connection | None = None
         self.final_weights: list[np.ndarray] | None = None
         self.version, self.reason, self.stopping = 0, "", False
+        self.stop_requested = False
         self.t0 = time.monotonic()
         self._actor_blob = pickle.dumps((manager.env_factory, manager.image_model,
                                          manager.callbacks, manager.use_numpy_policy))
 
     # Public --------------------------------------------------------------------------
 
-    def execute(self) -> Any:
+    def execute(self) -> TrainResult:
         """Runs to the first limit; always cleans up; returns a `TrainResult`."""
-        from r2d2_agent.manager import TrainResult
-
         bar = tqdm(total=self.nb_steps, unit="step", disable=None if self.m.progress else True,
                    dynamic_ncols=True, desc="R2D2")
         try:
             self._start_learner()
-            while self.spec is None:
+            while self.spec is None and not self._limit_reached():
                 self._pump()
-            self.segment = SharedWeights.create(self.spec, name_prefix="r2d2")
-            self._send_control(("weights", self.segment.handle))
-            for i in range(self.m.actor_num):
-                self._start_actor(i)
+            if self.spec is not None:
+                self.segment = SharedWeights.create(self.spec, name_prefix="r2d2")
+                self._send_control(("weights", self.segment.handle))
+                for i in range(self.m.actor_num):
+                    self._start_actor(i)
             while not self._limit_reached():
                 self._pump()
                 self._report(bar)
@@ -141,17 +195,19 @@ class Supervisor:
         except KeyboardInterrupt as exc:  # a second Ctrl-C: no more patience
             interrupted = exc
         finally:
-            for child in children:
-                _terminate(child.process)
-                self._drain(child)
-                child.events.close()
-                child.process.close()
-            if self.control is not None:
-                self.control.close()
-            if self.segment is not None:
-                self.final_weights = self.read_weights()
-                self.segment.close()
-                self.segment.unlink()
+            try:
+                for child in children:
+                    _terminate(child.process, grace=0.0 if interrupted else 2.0)
+                    self._drain(child)
+                    child.events.close()
+                    child.process.close()
+            finally:  # whatever happened above: no pipe and no segment stays behind
+                if self.control is not None:
+                    self.control.close()
+                if self.segment is not None:
+                    self.final_weights = self.read_weights()
+                    self.segment.close()
+                    self.segment.unlink()
         if interrupted is not None:
             raise interrupted
 
@@ -164,7 +220,8 @@ class Supervisor:
         process = self.ctx.Process(target=run_child, name=name,
                                    args=(main, options, events_w, *args))
         try:
-            process.start()
+            with _sigint_ignored():  # the child starts with SIGINT ignored, from its first line
+                process.start()
         except BaseException:
             events_r.close()
             raise
@@ -185,10 +242,12 @@ class Supervisor:
                       env_steps_per_update=m.env_steps_per_update,
                       ratio_tolerance=m.ratio_tolerance)
         options = self._options("learner", None, m.config.seed, True, False)
-        self.learner = self._spawn("learner", None, options, learner_main, control_r,
-                                   self.stop, self.counters, m.config, blob, kwargs)
-        control_r.close()
         self.control = control_w
+        try:
+            self.learner = self._spawn("learner", None, options, learner_main, control_r,
+                                       self.stop, self.counters, m.config, blob, kwargs)
+        finally:
+            control_r.close()
 
     def _start_actor(self, i: int) -> None:
         m, cfg = self.m, self.m.config
@@ -198,12 +257,14 @@ class Supervisor:
                       seed=seed, observation_dtype=m.observation_dtype,
                       send_batch_size=m.send_batch_size)
         options = self._options("actor", i, seed, not m.use_numpy_policy, m.actors_on_cpu)
-        self.actors[i] = self._spawn("actor", i, options, actor_main, exp_w, self.stop,
-                                     self.counters, i, cfg, self._actor_blob,
-                                     self.segment.handle, kwargs, self.nb_steps)
-        exp_w.close()
-        self._send_control(("connect", i, exp_r))  # the learner reads this actor's pipe
-        exp_r.close()
+        try:
+            self.actors[i] = self._spawn("actor", i, options, actor_main, exp_w, self.stop,
+                                         self.counters, i, cfg, self._actor_blob,
+                                         self.segment.handle, kwargs, self.nb_steps)
+            self._send_control(("connect", i, exp_r))  # the learner reads this actor's pipe
+        finally:
+            exp_w.close()
+            exp_r.close()
 
     def _send_control(self, message: tuple) -> None:
         try:
@@ -280,7 +341,9 @@ class Supervisor:
         return self.counters.learner_value("updates")
 
     def _limit_reached(self) -> bool:
-        if self.nb_steps is not None and self.counters.total_steps() >= self.nb_steps:
+        if self.stop_requested:
+            self.reason = "requested"
+        elif self.nb_steps is not None and self.counters.total_steps() >= self.nb_steps:
             self.reason = "nb_steps"
         elif self.nb_trains is not None and self._updates() >= self.nb_trains:
             self.reason = "nb_trains"
@@ -288,10 +351,8 @@ class Supervisor:
             self.reason = "max_seconds"
         return bool(self.reason)
 
-    def snapshot(self) -> Any:
+    def snapshot(self) -> Progress:
         """The current `Progress`."""
-        from r2d2_agent.manager import Progress
-
         c = self.counters
         return Progress(
             elapsed_seconds=time.monotonic() - self.t0, env_steps=c.total_steps(),
@@ -324,9 +385,28 @@ def _error(child: _Child, what: str, code: int | None) -> R2D2ProcessError:
                             child.index, code, child.error)
 
 
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignores SIGINT in the main thread meanwhile.
+
+    A spawned interpreter keeps an inherited "ignore" disposition for SIGINT (it installs
+    its KeyboardInterrupt handler only over the default one), so a terminal's Ctrl-C, sent
+    to the whole process group, cannot kill a child before `bootstrap` runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None
+                      else previous)
+
+
 def _terminate(process: Any, grace: float = 2.0) -> None:
     """Joins a process, terminating then killing it if it does not exit."""
-    if process.exitcode is None:
+    if process.exitcode is None and grace > 0:
         process.terminate()
         process.join(grace)
     if process.exitcode is None:

@@ -129,16 +129,21 @@ def test_frame_shape_not_fitting_input_type_raises_naming_both(input_type, bad_s
     assert input_type.name in str(info.value) and str(bad_shape) in str(info.value)
 
 
-@pytest.mark.parametrize("lstm", [True, False], ids=["lstm", "no_lstm"])
-def test_dueling_q_minus_its_mean_equals_advantage_minus_its_mean(lstm):
-    config, network, _ = cached_network(lstm=lstm)
+def find_layer(model, name):
+    """The layer called `name`, wherever it is nested in `model`."""
+    found = [layer for layer in all_layers(model) if layer.name == name]
+    assert len(found) == 1, f"{len(found)} layers named {name!r}"
+    return found[0]
+
+
+def test_dueling_q_minus_its_mean_equals_advantage_minus_its_mean():
+    config, network, _ = cached_network()
     randomize_weights(network)
-    model = network.model
-    probe = keras.Model(model.inputs, [model.get_layer("value").output,
-                                       model.get_layer("advantage").output, model.outputs[0]])
-    obs = random_obs(config, 2, 3)
-    inputs = obs if not lstm else [obs, np.ones((2, 3), bool), *random_state(2).transpose(1, 0, 2)]
-    value, advantage, q = (np.asarray(x) for x in probe(inputs))
+    head = network.head  # the Q head as its own model (features -> Q)
+    probe = keras.Model(head.inputs, [find_layer(head, "value").output,
+                                      find_layer(head, "advantage").output, head.outputs[0]])
+    features = np.random.default_rng(5).normal(size=(2, 3, UNITS)).astype(np.float32)
+    value, advantage, q = (np.asarray(x) for x in probe(features))
     np.testing.assert_allclose(q - q.mean(-1, keepdims=True),
                                advantage - advantage.mean(-1, keepdims=True), atol=1e-5)
     np.testing.assert_allclose(q.mean(-1, keepdims=True), value, atol=1e-5)
@@ -149,7 +154,7 @@ def test_dueling_q_is_unchanged_by_a_constant_added_to_the_advantage_bias():
     randomize_weights(network)
     obs, state = random_obs(config, 2, 3), tuple(random_state(2).transpose(1, 0, 2))
     before = network.unroll(obs, state)[0].numpy()
-    bias = network.model.get_layer("advantage").bias
+    bias = find_layer(network.model, "advantage").bias
     bias.assign(bias + 5.0)
     after = network.unroll(obs, state)[0].numpy()
     np.testing.assert_allclose(after, before, atol=1e-5)
@@ -196,6 +201,19 @@ def test_masked_steps_keep_the_lstm_state():
     np.testing.assert_allclose(c_masked.numpy(), c_short.numpy(), atol=1e-5)
 
 
+def test_unroll_equals_the_keras_lstm_layer_path():
+    """`unroll` may run the LSTM cell step by step; it must match the model's LSTM layer."""
+    config, network, _ = cached_network()
+    randomize_weights(network)
+    obs, state = random_obs(config, 2, 4), random_state(2)
+    mask = np.array([[False, True, True, True], [True, True, False, True]])
+    q_unroll, (h_unroll, c_unroll) = network.unroll(obs, (state[:, 0], state[:, 1]), mask)
+    q_layer, h_layer, c_layer = network.model([obs, mask, state[:, 0], state[:, 1]])
+    np.testing.assert_allclose(q_unroll.numpy(), q_layer.numpy(), atol=1e-5)
+    np.testing.assert_allclose(h_unroll.numpy(), h_layer.numpy(), atol=1e-5)
+    np.testing.assert_allclose(c_unroll.numpy(), c_layer.numpy(), atol=1e-5)
+
+
 def test_all_masked_steps_return_the_initial_state():
     config, network, _ = cached_network()
     randomize_weights(network)
@@ -223,7 +241,7 @@ def test_image_model_changes_the_output():
     randomize_weights(network)
     obs, state = random_obs(config, 1, 2), tuple(random_state(1).transpose(1, 0, 2))
     before = network.unroll(obs, state)[0].numpy()
-    conv = next(layer for layer in all_layers(network.model) if layer.name == "tiny_conv")
+    conv = find_layer(network.model, "tiny_conv")
     conv.kernel.assign(conv.kernel * 0.0)
     conv.bias.assign(conv.bias * 0.0)
     after = network.unroll(obs, state)[0].numpy()
@@ -247,7 +265,7 @@ def test_stacked_gray_frames_become_channels_in_order():
             return keras.layers.Flatten()(c)
 
     network = R2D2Network(config, Probe())
-    torso = network.model.get_layer("image_model_td").layer
+    torso = find_layer(network.model, "image_model_td").layer
     probe = keras.Model(torso.inputs, seen["tensor"])
     frames = np.stack([np.full((4, 4), 1.0), np.full((4, 4), 2.0)])[None].astype(np.float32)
     image = probe(frames).numpy()

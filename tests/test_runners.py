@@ -266,20 +266,36 @@ def test_pipe_channel_moves_batches_and_splits_them():
     receiver.close()
 
 
-def test_pipe_sender_blocks_when_full_and_gives_up_on_stop():
+def test_pipe_sender_back_pressure_timeout_and_stop():
     stop = SharedFlag(CTX)
     r, w = CTX.Pipe(duplex=False)
     sender = PipeExperienceSender(w, stop, poll_interval=0.02)
-    big = [np.zeros(64 * 1024, np.uint8)]
-    with pytest.raises(TimeoutError):
-        for _ in range(100):  # the pipe holds at most a few of these
-            sender.send(big, timeout=0.3)
+    small, sent = [b"x" * 1000], 0
+    with pytest.raises(TimeoutError, match="still full"):
+        for _ in range(1000):
+            sender.send(small, timeout=0.2)
+            sent += 1
+    assert 10 < sent < 200  # bounded by the pipe's buffer, no unbounded growth
     threading.Timer(0.2, stop.set).start()
     t0 = time.monotonic()
-    assert sender.send(big) is False  # blocked until stop, then refused
+    assert sender.send(small) is False  # blocked until stop, then refused
     assert time.monotonic() - t0 < 2.0
-    r.close()
-    w.close()
+    receiver = PipeExperienceReceiver(connections=[r])
+    assert len(receiver.receive(10_000, timeout=1.0)) == sent  # nothing cut or lost
+    sender.close()
+    receiver.close()
+
+
+def test_pipe_sender_cut_by_timeout_closes_the_pipe():
+    r, w = CTX.Pipe(duplex=False)
+    sender = PipeExperienceSender(w, SharedFlag(CTX), poll_interval=0.02)
+    with pytest.raises(TimeoutError):
+        sender.send([np.zeros(1 << 20, np.uint8)], timeout=0.3)  # nobody reads
+    with pytest.raises(BrokenPipeError):
+        sender.send([1])
+    receiver = PipeExperienceReceiver(connections=[r])
+    assert receiver.receive(10, timeout=1.0) == []  # the cut message is dropped, no hang
+    assert receiver.connections == 0
 
 
 def test_pipe_receiver_drops_a_pipe_cut_in_the_middle_of_a_message():

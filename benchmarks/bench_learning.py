@@ -1,0 +1,96 @@
+"""Env steps and wall seconds to solve CartPole-v1 and the masked CartPole.
+
+The protocol of the peer benchmarks (shared/peers/RESULTS.md): a greedy 10-episode
+evaluation every 2,500 training env steps; solved = first evaluation with mean >= 475;
+wall time from the start of training to that evaluation, evaluation time included.
+Budget 100,000 env steps per run. Prints one JSON line per run and a summary line with
+the medians over seeds (an unsolved run counts at its budget).
+
+Usage::
+
+    python benchmarks/bench_learning.py --env cartpole --seeds 0 1 2
+    python benchmarks/bench_learning.py --env masked --seeds 0 1 2
+    python benchmarks/bench_learning.py --env masked --no-lstm --seeds 0
+    python benchmarks/bench_learning.py --env cartpole --manager --actors 2 --seeds 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import time
+
+import gymnasium as gym
+
+from r2d2_agent.presets import cartpole_config, masked_cartpole_config
+from r2d2_agent.testing import make_masked_cartpole, train_until_solved
+
+
+def run_agent(env: str, seed: int, budget: int, lstm: bool) -> dict:
+    from r2d2_agent import R2D2Agent
+
+    preset = cartpole_config if env == "cartpole" else masked_cartpole_config
+    config = preset(seed=seed) if lstm else preset(seed=seed, lstm_units=0)
+    make_env = (functools.partial(gym.make, "CartPole-v1") if env == "cartpole"
+                else make_masked_cartpole)
+    agent = R2D2Agent(config)
+    agent.compile()
+    result = train_until_solved(agent, make_env, budget)
+    return {"solved": result["solved_at"] is not None,
+            "env_steps": result["solved_at"] or result["env_steps"],
+            "wall_s": round(result["solved_wall_s"] or result["wall_s"], 1),
+            "evals": [round(m, 1) for _, m in result["evals"]]}
+
+
+def run_manager(env: str, seed: int, budget: int, actors: int, max_seconds: float) -> dict:
+    """Trains with the manager to a step budget, then evaluates once (no mid-run evals)."""
+    import numpy as np
+
+    from r2d2_agent import R2D2Manager
+
+    preset = cartpole_config if env == "cartpole" else masked_cartpole_config
+    make_env = (functools.partial(gym.make, "CartPole-v1") if env == "cartpole"
+                else make_masked_cartpole)
+    start = time.perf_counter()
+    with R2D2Manager(make_env, preset(seed=seed), actor_num=actors) as manager:
+        manager.train(nb_steps=budget, max_seconds=max_seconds)
+        agent = manager.create_test_agent()
+    wall = time.perf_counter() - start
+    history = agent.test(make_env(), nb_episodes=10, visualize=False, verbose=0)
+    mean = float(np.mean(history.history["episode_reward"]))
+    return {"solved": mean >= 475, "env_steps": budget, "wall_s": round(wall, 1),
+            "final_eval10": round(mean, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", choices=["cartpole", "masked"], default="cartpole")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--budget", type=int, default=100_000, help="env steps per run")
+    parser.add_argument("--no-lstm", action="store_true", help="lstm_units=0")
+    parser.add_argument("--manager", action="store_true", help="train with R2D2Manager")
+    parser.add_argument("--actors", type=int, default=2)
+    parser.add_argument("--max-seconds", type=float, default=900.0)
+    args = parser.parse_args()
+    runs = []
+    for seed in args.seeds:
+        if args.manager:
+            run = run_manager(args.env, seed, args.budget, args.actors, args.max_seconds)
+        else:
+            run = run_agent(args.env, seed, args.budget, not args.no_lstm)
+        run.update(env=args.env, seed=seed, lstm=not args.no_lstm,
+                   mode=f"manager({args.actors})" if args.manager else "agent")
+        runs.append(run)
+        print(json.dumps(run), flush=True)
+    print(json.dumps({
+        "summary": f"{args.env} {'manager' if args.manager else 'agent'}"
+                   f"{'' if not args.no_lstm else ' no-lstm'}",
+        "solved": f"{sum(r['solved'] for r in runs)}/{len(runs)}",
+        "median_env_steps": statistics.median(r["env_steps"] for r in runs),
+        "median_wall_s": statistics.median(r["wall_s"] for r in runs)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Proof that R2D2 learns: fixed seeds, env-step budgets, return thresholds.
+
+Protocol (the same as the peer benchmarks in shared/peers): train in chunks of 2,500 env
+steps and evaluate 10 greedy episodes after each; the task is solved when an evaluation's
+mean return reaches 475. These tests are `slow` (minutes); `make test` runs them.
+"""
+
+import gymnasium as gym
+import pytest
+
+from r2d2_agent import R2D2Agent
+from r2d2_agent.presets import cartpole_config, masked_cartpole_config
+from r2d2_agent.testing import make_masked_cartpole, train_until_solved
+
+pytestmark = pytest.mark.slow
+
+CARTPOLE_BUDGET = 40_000
+MASKED_BUDGET = 50_000
+
+
+def _train(config, make_env, budget, stop_when_solved=True):
+    agent = R2D2Agent(config)
+    agent.compile()
+    return train_until_solved(agent, make_env, budget, stop_when_solved=stop_when_solved)
+
+
+def test_cartpole_is_solved_within_budget():
+    result = _train(cartpole_config(seed=1), lambda: gym.make("CartPole-v1"), CARTPOLE_BUDGET)
+    assert result["solved_at"] is not None, result["evals"]
+
+
+def test_masked_cartpole_is_solved_with_lstm():
+    result = _train(masked_cartpole_config(seed=0), make_masked_cartpole, MASKED_BUDGET)
+    assert result["solved_at"] is not None, result["evals"]
+
+
+def test_masked_cartpole_without_lstm_falls_clearly_short():
+    result = _train(masked_cartpole_config(seed=0, lstm_units=0), make_masked_cartpole,
+                    MASKED_BUDGET, stop_when_solved=False)
+    best = max(mean for _, mean in result["evals"])
+    assert best < 200, result["evals"]
