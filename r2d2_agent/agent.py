@@ -45,6 +45,7 @@ class R2D2Agent(rl_core.Agent):
                  observation_dtype: Any = np.float32,
                  use_numpy_policy: bool | None = None) -> None:
         super().__init__(processor=processor)
+        self.compiled = False
         if config.seed is not None:
             set_global_seed(config.seed)  # weight init, exploration, env resets
         self.config = config

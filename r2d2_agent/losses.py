@@ -13,15 +13,27 @@ from r2d2_agent.targets import RESCALE_EPS
 
 
 def rescale(x: Any) -> Any:
-    """h(x) = sign(x)(sqrt(|x| + 1) - 1) + εx."""
-    return tf.sign(x) * (tf.sqrt(tf.abs(x) + 1.0) - 1.0) + RESCALE_EPS * x
+    """h(x) = sign(x)(sqrt(|x| + 1) - 1) + εx.
+
+    Written as sign(x)·|x| / (sqrt(|x| + 1) + 1) + εx, which is the same function without
+    the cancellation of sqrt(|x| + 1) - 1 near 0 in float32.
+    """
+    a = tf.abs(x)
+    return tf.sign(x) * a / (tf.sqrt(a + 1.0) + 1.0) + RESCALE_EPS * x
 
 
 def inverse_rescale(x: Any) -> Any:
-    """h⁻¹(x) = sign(x)(((sqrt(1 + 4ε(|x| + 1 + ε)) - 1) / (2ε))² - 1)."""
+    """h⁻¹(x) = sign(x)(((sqrt(1 + 4ε(|x| + 1 + ε)) - 1) / (2ε))² - 1).
+
+    Computed as sign(x)·d(d + 2) with d = 2|x| / (1 + 2ε + sqrt((1 + 2ε)² + 4ε|x|)),
+    algebraically identical but free of the division by 2ε that costs float32 its
+    precision (the numpy reference in `targets.py` uses the same form).
+    """
     eps = RESCALE_EPS
-    root = (tf.sqrt(1.0 + 4.0 * eps * (tf.abs(x) + 1.0 + eps)) - 1.0) / (2.0 * eps)
-    return tf.sign(x) * (tf.square(root) - 1.0)
+    a = tf.abs(x)
+    b = 1.0 + 2.0 * eps
+    d = 2.0 * a / (b + tf.sqrt(b * b + 4.0 * eps * a))
+    return tf.sign(x) * d * (d + 2.0)
 
 
 def n_step_targets(returns: Any, bootstrap_discount: Any, q_online: Any, q_target: Any,

@@ -8,7 +8,7 @@ importing TensorFlow), then `train` starts the processes with the ``spawn`` meth
   publishes weights there; actors read them every `actor_sync_interval` env steps without
   pickling;
 * actor i acts in its own env (seed = seed + i, Ape-X ε_i) and sends sequences through its
-  own bounded pipe to the learner (`r2d2_agent.process` explains why not one queue);
+  own bounded pipe to the learner (`r2d2_agent.channels` explains why not one queue);
 * the parent supervises: progress, limits, restarts of dead actors, the learner's errors,
   Ctrl-C, and a shutdown that leaves no process, no pipe and no segment behind.
 
@@ -26,11 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from r2d2_agent.children import R2D2ProcessError
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.numpy_net import supports_numpy
-from r2d2_agent.process import R2D2ProcessError
+from r2d2_agent.reports import Progress, TrainResult
 from r2d2_agent.runners import call_hooks
-from r2d2_agent.supervisor import Progress, Supervisor, TrainResult
+from r2d2_agent.supervisor import Supervisor
 
 logger = logging.getLogger(__name__)
 

@@ -4,107 +4,39 @@ The parent waits on every child's process sentinel and event pipe at once
 (`multiprocessing.connection.wait`), so a death is seen within one poll (0.1 s). Shutdown
 (normal, on error or on Ctrl-C) raises the stop flag, gives children `shutdown_timeout`
 seconds, terminates then kills stragglers, reads the final weights from shared memory,
-closes every pipe and unlinks the segment, whatever happened before.
+closes every pipe and unlinks the segment, whatever happened before. Starting and stopping
+one process is `r2d2_agent.children`; what the run reports is `r2d2_agent.reports`.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import pickle
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
-from r2d2_agent.process import (
-    ChildOptions,
-    R2D2ProcessError,
-    RunCounters,
-    SharedFlag,
-    actor_main,
+from r2d2_agent.channels import RunCounters, SharedFlag
+from r2d2_agent.children import (
+    ChildProcess,
+    child_error,
     describe_exit,
-    learner_main,
-    run_child,
+    spawn_child,
+    terminate,
 )
+from r2d2_agent.process import ChildOptions, actor_main, learner_main
+from r2d2_agent.reports import Progress, ProgressBar, TrainResult
 from r2d2_agent.targets import apex_epsilon
 from r2d2_agent.weights import SharedWeights, WeightsSpec
 
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.1
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A snapshot of a running `R2D2Manager.train`, handed to its `on_progress` hook."""
-
-    elapsed_seconds: float
-    env_steps: int
-    actor_env_steps: tuple[int, ...]
-    learner_updates: int
-    sequences_received: int
-    weights_version: int
-    loss: float
-    episodes: int
-    recent_mean_return: float | None
-    """Mean return of the last 20 episodes over all actors (None before the first)."""
-    actor_pids: tuple[int | None, ...]
-    learner_pid: int | None
-    actor_restarts: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """What one `R2D2Manager.train` did. Counters are Python ints."""
-
-    env_steps: int
-    """Env steps over all actors (may pass `nb_steps` by at most actor_num - 1)."""
-    learner_updates: int
-    sequences_received: int
-    weights_version: int
-    elapsed_seconds: float
-    stop_reason: str
-    """"nb_steps", "nb_trains", "max_seconds", "requested" (`request_stop`) or
-    "interrupted" (Ctrl-C)."""
-    actor_env_steps: list[int]
-    episode_returns: list[list[float]]
-    """Per actor index, the returns of its finished episodes, in order."""
-    actor_restarts: list[int]
-    actor_info: list[dict[str, Any]] = field(default_factory=list)
-    """Per actor, what its last process reported at exit (pid, policy, tensorflow_loaded)."""
-
-    @property
-    def interrupted(self) -> bool:
-        """Whether the run was stopped by Ctrl-C."""
-        return self.stop_reason == "interrupted"
-
-    def recent_mean_return(self, episodes: int = 20) -> float | None:
-        """Mean return of each actor's last `episodes` episodes, pooled (None if none)."""
-        recent = [r for returns in self.episode_returns for r in returns[-episodes:]]
-        return float(np.mean(recent)) if recent else None
-
-
-class _Child:
-    """A child process and the read end of its event pipe."""
-
-    def __init__(self, role: str, index: int | None, process: Any, events: Connection) -> None:
-        self.role, self.index, self.process, self.events = role, index, process, events
-        self.error: str | None = None
-        self.info: dict[str, Any] = {}
-        self.exited = False
-
-    @property
-    def name(self) -> str:
-        return self.role if self.index is None else f"{self.role} {self.index}"
 
 
 class Supervisor:
@@ -118,8 +50,8 @@ class Supervisor:
         self.on_progress = on_progress
         n = manager.actor_num
         self.stop, self.counters = SharedFlag(ctx), RunCounters(ctx, n)
-        self.learner: _Child | None = None
-        self.actors: list[_Child | None] = [None] * n
+        self.learner: ChildProcess | None = None
+        self.actors: list[ChildProcess | None] = [None] * n
         self.returns: list[list[float]] = [[] for _ in range(n)]
         self.restarts, self.actor_info = [0] * n, [{} for _ in range(n)]
         self.recent: collections.deque[float] = collections.deque(maxlen=20)
@@ -137,8 +69,7 @@ class Supervisor:
 
     def execute(self) -> TrainResult:
         """Runs to the first limit; always cleans up; returns a `TrainResult`."""
-        bar = tqdm(total=self.nb_steps, unit="step", disable=None if self.m.progress else True,
-                   dynamic_ncols=True, desc="R2D2")
+        bar = ProgressBar(self.nb_steps, self.m.progress)
         try:
             self._start_learner()
             while self.spec is None and not self._limit_reached():
@@ -197,7 +128,7 @@ class Supervisor:
         finally:
             try:
                 for child in children:
-                    _terminate(child.process, grace=0.0 if interrupted else 2.0)
+                    terminate(child.process, grace=0.0 if interrupted else 2.0)
                     self._drain(child)
                     child.events.close()
                     child.process.close()
@@ -212,22 +143,6 @@ class Supervisor:
             raise interrupted
 
     # Processes -----------------------------------------------------------------------
-
-    def _spawn(self, role: str, index: int | None, options: ChildOptions, main: Any,
-               *args: Any) -> _Child:
-        events_r, events_w = self.ctx.Pipe(duplex=False)
-        name = "r2d2-learner" if index is None else f"r2d2-actor-{index}"
-        process = self.ctx.Process(target=run_child, name=name,
-                                   args=(main, options, events_w, *args))
-        try:
-            with _sigint_ignored():  # the child starts with SIGINT ignored, from its first line
-                process.start()
-        except BaseException:
-            events_r.close()
-            raise
-        finally:
-            events_w.close()
-        return _Child(role, index, process, events_r)
 
     def _options(self, role: str, index: int | None, seed: int | None,
                  use_tensorflow: bool, hide_gpu: bool) -> ChildOptions:
@@ -244,8 +159,9 @@ class Supervisor:
         options = self._options("learner", None, m.config.seed, True, False)
         self.control = control_w
         try:
-            self.learner = self._spawn("learner", None, options, learner_main, control_r,
-                                       self.stop, self.counters, m.config, blob, kwargs)
+            self.learner = spawn_child(self.ctx, "learner", None, options, learner_main,
+                                       control_r, self.stop, self.counters, m.config, blob,
+                                       kwargs)
         finally:
             control_r.close()
 
@@ -258,8 +174,8 @@ class Supervisor:
                       send_batch_size=m.send_batch_size)
         options = self._options("actor", i, seed, not m.use_numpy_policy, m.actors_on_cpu)
         try:
-            self.actors[i] = self._spawn("actor", i, options, actor_main, exp_w, self.stop,
-                                         self.counters, i, cfg, self._actor_blob,
+            self.actors[i] = spawn_child(self.ctx, "actor", i, options, actor_main, exp_w,
+                                         self.stop, self.counters, i, cfg, self._actor_blob,
                                          self.segment.handle, kwargs, self.nb_steps)
             self._send_control(("connect", i, exp_r))  # the learner reads this actor's pipe
         finally:
@@ -289,7 +205,7 @@ class Supervisor:
                 child.exited = True
                 self._on_exit(child)
 
-    def _drain(self, child: _Child) -> None:
+    def _drain(self, child: ChildProcess) -> None:
         while not child.events.closed:
             try:
                 if not child.events.poll(0):
@@ -311,7 +227,7 @@ class Supervisor:
                 if child.role == "actor":
                     self.actor_info[child.index] = message[1]
 
-    def _on_exit(self, child: _Child) -> None:
+    def _on_exit(self, child: ChildProcess) -> None:
         code = child.process.exitcode
         if child.role == "learner":
             finished = self.nb_trains is not None and self._updates() >= self.nb_trains
@@ -319,14 +235,14 @@ class Supervisor:
                 return
             if self.stopping and code != 0 and child.error is None:
                 return  # terminated by the shutdown itself
-            raise _error(child, "learner failed", code)
+            raise child_error(child, "learner failed", code)
         if code == 0 or self.stopping:
             return
         i = child.index
         if self.restarts[i] >= self.m.max_actor_restarts:
-            raise _error(child, f"actor {i} died and was already restarted {self.restarts[i]} "
-                         f"time(s) (max_actor_restarts={self.m.max_actor_restarts}); "
-                         "stopping the run", code)
+            raise child_error(child, f"actor {i} died and was already restarted "
+                              f"{self.restarts[i]} time(s) (max_actor_restarts="
+                              f"{self.m.max_actor_restarts}); stopping the run", code)
         last = (child.error or "").strip().splitlines()[-1:] or ["no traceback"]
         logger.warning("actor %d died (%s: %s); restarting it", i, describe_exit(code),
                        last[0])
@@ -366,49 +282,8 @@ class Supervisor:
             learner_pid=self.learner.process.pid if self.learner else None,
             actor_restarts=tuple(self.restarts))
 
-    def _report(self, bar: Any) -> None:
+    def _report(self, bar: ProgressBar) -> None:
         progress = self.snapshot()
-        if not bar.disable:
-            bar.update(progress.env_steps - bar.n)
-            ret = progress.recent_mean_return
-            bar.set_postfix(updates=progress.learner_updates,
-                            sps=f"{progress.env_steps / max(progress.elapsed_seconds, 1e-9):.0f}",
-                            ret="-" if ret is None else f"{ret:.1f}", refresh=False)
+        bar.update(progress)
         if self.on_progress is not None:
             self.on_progress(progress)
-
-
-def _error(child: _Child, what: str, code: int | None) -> R2D2ProcessError:
-    detail = (f"\n--- traceback from the {child.name} process ---\n{child.error.rstrip()}"
-              if child.error else " (no traceback: the process was killed or crashed hard)")
-    return R2D2ProcessError(f"{what} ({describe_exit(code)}){detail}", child.role,
-                            child.index, code, child.error)
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ignores SIGINT in the main thread meanwhile.
-
-    A spawned interpreter keeps an inherited "ignore" disposition for SIGINT (it installs
-    its KeyboardInterrupt handler only over the default one), so a terminal's Ctrl-C, sent
-    to the whole process group, cannot kill a child before `bootstrap` runs.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None
-                      else previous)
-
-
-def _terminate(process: Any, grace: float = 2.0) -> None:
-    """Joins a process, terminating then killing it if it does not exit."""
-    if process.exitcode is None and grace > 0:
-        process.terminate()
-        process.join(grace)
-    if process.exitcode is None:
-        process.kill()
-        process.join()

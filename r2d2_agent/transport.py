@@ -2,34 +2,25 @@
 
 Actors use ``ExperienceSender.send(items)`` and ``WeightsSubscriber.pull_if_newer()``;
 the learner uses ``ExperienceReceiver.receive(max_items, timeout)`` and
-``WeightsPublisher.publish(arrays)``. A process builds its side from a picklable *handle*
-(``handle.make_sender()`` / ``handle.make_subscriber()``), so another backend (e.g. Ray)
-only has to provide other handles. The multiprocessing backend below uses a bounded
-spawn-context ``Queue`` (one element per batch of items) and ``SharedWeights``.
+``WeightsPublisher.publish(arrays)``, so another backend (e.g. Ray) only has to provide
+other implementations. `R2D2Manager`'s experience pipes and the publisher its learner
+attaches to the manager's segment are in `r2d2_agent.channels`.
 
-Pickling: ``SharedWeightsSubscriberHandle`` is plain data (``pickle.dumps`` works).
-``MPChannelHandle`` holds a multiprocessing Queue and Event, which multiprocessing only
-pickles while starting a process: pass it as a ``ctx.Process(args=...)`` argument.
+The weights channel below goes through a ``SharedWeights`` segment: the
+``SharedWeightsPublisher`` owns it, and an actor builds its ``SharedWeightsSubscriber``
+from a picklable handle (``handle.make_subscriber()``); ``SharedWeightsSubscriberHandle``
+is plain data (``pickle.dumps`` works).
 """
 
 from __future__ import annotations
 
 import abc
-import collections
-import logging
-import multiprocessing
-import queue
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from multiprocessing.context import BaseContext
-from typing import Any
 
 import numpy as np
 
 from r2d2_agent.weights import SharedWeights, SharedWeightsHandle, WeightsSpec
-
-logger = logging.getLogger(__name__)
 
 
 class ExperienceSender(abc.ABC):
@@ -88,145 +79,7 @@ class WeightsSubscriber(abc.ABC):
         """Releases the subscriber's resources."""
 
 
-# ------------------------------------------------------ multiprocessing backend ------
-class QueueExperienceSender(ExperienceSender):
-    """Puts batches on a bounded ``multiprocessing`` Queue, with back-pressure.
-
-    Args:
-        q: The bounded queue shared with the receiver.
-        stop_event: When set, ``send`` gives up and returns False.
-        send_timeout: Default ``send`` timeout (None: wait until stop).
-        poll_interval: How often a blocked ``send`` checks the stop event, in seconds.
-    """
-
-    def __init__(self, q: Any, stop_event: Any, send_timeout: float | None = None,
-                 poll_interval: float = 0.1) -> None:
-        self._q, self._stop = q, stop_event
-        self._send_timeout, self._poll = send_timeout, poll_interval
-
-    def send(self, items: list, timeout: float | None = None) -> bool:
-        """See ``ExperienceSender.send``; the whole list is one queue element."""
-        if not items:
-            return not self._stop.is_set()
-        timeout = self._send_timeout if timeout is None else timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._stop.is_set():
-            wait = self._poll
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    raise TimeoutError(f"experience queue still full after {timeout} s")
-            try:
-                self._q.put(items, timeout=wait)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def close(self, drop_pending: bool | None = None) -> None:
-        """Closes this process's end of the queue.
-
-        Args:
-            drop_pending: Do not wait for buffered batches to reach the pipe (else a
-                process could hang at exit on a full pipe). Default: stop is set.
-        """
-        self._q.close()
-        if self._stop.is_set() if drop_pending is None else drop_pending:
-            self._q.cancel_join_thread()
-        else:
-            self._q.join_thread()
-
-
-class QueueExperienceReceiver(ExperienceReceiver):
-    """Gets batches from the queue and hands out at most ``max_items`` items at a time.
-
-    Items of a batch that do not fit are kept for the next ``receive``. Never calls
-    ``Queue.qsize()`` (not implemented on macOS).
-    """
-
-    def __init__(self, q: Any) -> None:
-        self._q = q
-        self._pending: collections.deque = collections.deque()
-
-    def receive(self, max_items: int, timeout: float) -> list:
-        """See ``ExperienceReceiver.receive``. Returns [] if nothing came in time."""
-        if max_items <= 0:
-            return []
-        out: list = []
-        self._take_pending(out, max_items)
-        first = not out
-        while len(out) < max_items:
-            try:
-                batch = self._q.get(True, timeout) if first and timeout > 0 else self._q.get(False)
-            except queue.Empty:
-                break
-            first = False
-            self._pending.extend(batch)
-            self._take_pending(out, max_items)
-        return out
-
-    def close(self) -> None:
-        """Drops pending items and closes this process's end of the queue."""
-        self._pending.clear()
-        self._q.close()
-
-    def _take_pending(self, out: list, max_items: int) -> None:
-        while self._pending and len(out) < max_items:
-            out.append(self._pending.popleft())
-
-    def drain(self, duration: float = 0.5) -> int:
-        """Discards items for ``duration`` s so blocked senders can exit; returns the count."""
-        n, end = len(self._pending), time.monotonic() + duration
-        self._pending.clear()
-        while time.monotonic() < end:
-            try:
-                n += len(self._q.get(timeout=max(0.0, min(0.05, end - time.monotonic()))))
-            except queue.Empty:
-                continue
-        return n
-
-
-@dataclass(frozen=True)
-class MPChannelHandle:
-    """What an actor process needs to build its ``QueueExperienceSender``.
-
-    Pass it as a ``ctx.Process`` argument (multiprocessing pickles its Queue/Event then).
-    """
-
-    queue: Any
-    stop_event: Any
-    send_timeout: float | None = None
-    poll_interval: float = 0.1
-
-    def make_sender(self) -> QueueExperienceSender:
-        """Builds the sender in the current process."""
-        return QueueExperienceSender(self.queue, self.stop_event, self.send_timeout,
-                                     self.poll_interval)
-
-
-def make_mp_channel(
-    ctx: BaseContext | None = None, maxsize: int = 64, *, stop_event: Any = None,
-    send_timeout: float | None = None,
-) -> tuple[MPChannelHandle, QueueExperienceReceiver]:
-    """Creates a bounded experience channel.
-
-    Args:
-        ctx: multiprocessing context; default ``get_context("spawn")``.
-        maxsize: Most batches in flight; a full queue blocks senders (back-pressure).
-        stop_event: Event of ``ctx`` shared by the run; a new one if None.
-        send_timeout: Default timeout of ``send`` (None: wait until stop).
-
-    Returns:
-        ``(handle, receiver)``: give ``handle`` to actors, keep ``receiver``.
-    """
-    if maxsize <= 0:
-        raise ValueError(f"maxsize must be > 0 (bounded queue), got {maxsize}")
-    ctx = multiprocessing.get_context("spawn") if ctx is None else ctx
-    stop_event = ctx.Event() if stop_event is None else stop_event
-    q = ctx.Queue(maxsize=maxsize)
-    return MPChannelHandle(q, stop_event, send_timeout), QueueExperienceReceiver(q)
-
-
+# ------------------------------------------------------ shared-memory weights -------
 class SharedWeightsPublisher(WeightsPublisher):
     """Owns a ``SharedWeights`` segment (made from ``spec``, named by ``name_prefix``)."""
 

@@ -24,9 +24,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from r2d2_agent.children import R2D2ProcessError, describe_exit
 from r2d2_agent.config import InputType, R2D2Config
 from r2d2_agent.manager import R2D2Manager, TrainResult
-from r2d2_agent.process import R2D2ProcessError
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
@@ -162,6 +162,11 @@ def test_request_stop_from_the_progress_hook():
 
 
 # ----------------------------------------------------------------- faults ----------
+def test_describe_exit():
+    assert describe_exit(-9) == "killed by SIGKILL" and describe_exit(1) == "exit code 1"
+    assert describe_exit(None) == "still running"
+
+
 def test_killed_actor_is_restarted_then_the_run_stops_with_a_clear_error():
     config = tiny_config(**NO_TRAINING)
     manager = R2D2Manager(CARTPOLE, config, actor_num=1, max_actor_restarts=1,

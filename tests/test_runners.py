@@ -1,4 +1,4 @@
-"""Tests of the transport-agnostic actor/learner loops and of the per-actor pipe channel.
+"""Tests of the transport-agnostic actor/learner loops.
 
 Everything here runs in the test process (no child process, no TensorFlow work): the
 loops are driven through in-memory implementations of the transport interfaces.
@@ -7,26 +7,13 @@ loops are driven through in-memory implementations of the transport interfaces.
 from __future__ import annotations
 
 import collections
-import multiprocessing
-import pickle
-import struct
-import threading
-import time
 from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
-import pytest
 
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.numpy_net import NumpyNetwork, weight_layout
-from r2d2_agent.process import (
-    PipeExperienceReceiver,
-    PipeExperienceSender,
-    RunCounters,
-    SharedFlag,
-    describe_exit,
-)
 from r2d2_agent.runners import ActorRunner, LearnerRunner
 from r2d2_agent.transport import (
     ExperienceReceiver,
@@ -34,8 +21,6 @@ from r2d2_agent.transport import (
     WeightsPublisher,
     WeightsSubscriber,
 )
-
-CTX = multiprocessing.get_context("spawn")
 
 
 def tiny_config(**overrides) -> R2D2Config:
@@ -248,102 +233,3 @@ def test_learner_runner_without_rate_limit_trains_every_iteration():
     runner.run(lambda: iterations.append(1) or len(iterations) > 100)
     assert runner.sequences_received == 50
     assert runner.updates == 100  # ready after the first receive, then one per iteration
-
-
-# ---------------------------------------------------------------- pipe channel -------
-def test_pipe_channel_moves_batches_and_splits_them():
-    stop = SharedFlag(CTX)
-    r, w = CTX.Pipe(duplex=False)
-    sender, receiver = PipeExperienceSender(w, stop), PipeExperienceReceiver(connections=[r])
-    assert sender.send([1, 2, 3]) and sender.send([4])
-    assert receiver.receive(2, timeout=1.0) == [1, 2]
-    assert receiver.receive(10, timeout=1.0) == [3, 4]
-    t0 = time.monotonic()
-    assert receiver.receive(10, timeout=0.1) == []
-    assert time.monotonic() - t0 >= 0.09
-    sender.close()
-    assert receiver.receive(10, timeout=0.5) == [] and receiver.connections == 0
-    receiver.close()
-
-
-def test_pipe_sender_back_pressure_timeout_and_stop():
-    stop = SharedFlag(CTX)
-    r, w = CTX.Pipe(duplex=False)
-    sender = PipeExperienceSender(w, stop, poll_interval=0.02)
-    small, sent = [b"x" * 1000], 0
-    with pytest.raises(TimeoutError, match="still full"):
-        for _ in range(1000):
-            sender.send(small, timeout=0.2)
-            sent += 1
-    assert 10 < sent < 200  # bounded by the pipe's buffer, no unbounded growth
-    threading.Timer(0.2, stop.set).start()
-    t0 = time.monotonic()
-    assert sender.send(small) is False  # blocked until stop, then refused
-    assert time.monotonic() - t0 < 2.0
-    receiver = PipeExperienceReceiver(connections=[r])
-    assert len(receiver.receive(10_000, timeout=1.0)) == sent  # nothing cut or lost
-    sender.close()
-    receiver.close()
-
-
-def test_pipe_sender_cut_by_timeout_closes_the_pipe():
-    r, w = CTX.Pipe(duplex=False)
-    sender = PipeExperienceSender(w, SharedFlag(CTX), poll_interval=0.02)
-    with pytest.raises(TimeoutError):
-        sender.send([np.zeros(1 << 20, np.uint8)], timeout=0.3)  # nobody reads
-    with pytest.raises(BrokenPipeError):
-        sender.send([1])
-    receiver = PipeExperienceReceiver(connections=[r])
-    assert receiver.receive(10, timeout=1.0) == []  # the cut message is dropped, no hang
-    assert receiver.connections == 0
-
-
-def test_pipe_receiver_drops_a_pipe_cut_in_the_middle_of_a_message():
-    r, w = CTX.Pipe(duplex=False)
-    r2, w2 = CTX.Pipe(duplex=False)
-    receiver = PipeExperienceReceiver(connections=[r, r2])
-    # what a writer killed mid-message leaves: a length header promising more bytes
-    import os
-
-    os.write(w.fileno(), struct.pack("!i", 1000) + b"x" * 10)
-    w.close()
-    w2.send_bytes(pickle.dumps(["ok"]))
-    got, t0 = [], time.monotonic()
-    while not got and time.monotonic() - t0 < 2:
-        got += receiver.receive(10, timeout=0.2)
-    assert got == ["ok"]
-    assert receiver.receive(10, timeout=0.1) == []
-    assert receiver.connections == 1  # the cut pipe is gone, the healthy one stays
-    receiver.close()
-    w2.close()
-
-
-def test_pipe_receiver_takes_new_pipes_from_the_control_pipe():
-    control_r, control_w = CTX.Pipe(duplex=False)
-    receiver = PipeExperienceReceiver(control=control_r)
-    r, w = CTX.Pipe(duplex=False)
-    control_w.send(("connect", 0, r))  # transfers the connection, as to another process
-    r.close()
-    w.send_bytes(pickle.dumps([("seq", 1.0, 4)]))
-    got, t0 = [], time.monotonic()
-    while not got and time.monotonic() - t0 < 5:
-        got += receiver.receive(10, timeout=0.5)
-    assert got == [("seq", 1.0, 4)] and receiver.connections == 1
-    control_w.close()  # the manager is gone: the learner must notice
-    with pytest.raises(RuntimeError, match="manager gone"):
-        receiver.receive(10, timeout=0.5)
-    receiver.close()
-    w.close()
-    control_r.close()
-
-
-def test_counters_and_flag():
-    counters, flag = RunCounters(CTX, 3), SharedFlag(CTX)
-    counters.actor_steps[0], counters.actor_steps[2] = 5, 7
-    assert counters.total_steps() == 12
-    counters.learner[0] = 9
-    assert counters.learner_value("updates") == 9
-    assert not flag.is_set()
-    flag.set()
-    assert flag.is_set()
-    assert describe_exit(-9) == "killed by SIGKILL" and describe_exit(1) == "exit code 1"

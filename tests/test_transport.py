@@ -1,4 +1,8 @@
-"""Tests of r2d2_agent.transport: the multiprocessing experience and weights channels."""
+"""Tests of the multiprocessing implementations of the transport interfaces.
+
+The shared-memory weights channel of `r2d2_agent.transport`, and the per-actor experience
+pipes, stop flag and run counters of `r2d2_agent.channels`.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +10,31 @@ import gc
 import multiprocessing
 import os
 import pickle
+import struct
 import threading
 import time
 
 import numpy as np
 import pytest
 
+from r2d2_agent.channels import (
+    PipeExperienceReceiver,
+    PipeExperienceSender,
+    RunCounters,
+    SharedFlag,
+)
 from r2d2_agent.transport import (
     ExperienceReceiver,
     ExperienceSender,
-    MPChannelHandle,
     SharedWeightsPublisher,
     SharedWeightsSubscriber,
     WeightsPublisher,
     WeightsSubscriber,
-    make_mp_channel,
 )
 from r2d2_agent.weights import WeightsSpec
 
 PREFIX = "r2d2t"
+CTX = multiprocessing.get_context("spawn")
 
 
 @pytest.fixture(autouse=True)
@@ -36,81 +46,6 @@ def _no_leaks():
         mine = f"{PREFIX}_{os.getpid()}_"
         assert [n for n in os.listdir("/dev/shm") if n.startswith(mine)] == []
     assert multiprocessing.active_children() == []
-
-
-def _fill(n_batches: int, maxsize: int):
-    handle, receiver = make_mp_channel(maxsize=maxsize)
-    sender = handle.make_sender()
-    for i in range(n_batches):
-        assert sender.send([("item", i)])
-    return handle, sender, receiver
-
-
-def test_send_times_out_when_queue_stays_full():
-    handle, sender, receiver = _fill(n_batches=1, maxsize=1)
-    t0 = time.monotonic()
-    with pytest.raises(TimeoutError, match="still full"):
-        sender.send([("item", 1)], timeout=0.2)
-    assert 0.15 <= time.monotonic() - t0 < 2.0
-    assert receiver.receive(10, timeout=5.0) == [("item", 0)]  # the blocked item was not sent
-    assert receiver.receive(10, timeout=0.05) == []
-    sender.close(drop_pending=True)
-
-
-def test_send_returns_false_when_stop_is_set_while_blocked():
-    handle, sender, receiver = _fill(n_batches=1, maxsize=1)
-    timer = threading.Timer(0.2, handle.stop_event.set)
-    timer.start()
-    t0 = time.monotonic()
-    assert sender.send([("item", 1)]) is False  # no timeout: waits until stop
-    assert time.monotonic() - t0 < 2.0
-    timer.join()
-    assert sender.send([("item", 2)]) is False  # already stopped: returns at once
-    sender.close()
-
-
-def _send_batches(handle: MPChannelHandle, batches: list) -> None:
-    """Spawn child: rebuilds the sender from the handle, sends, flushes, exits."""
-    sender = handle.make_sender()
-    for batch in batches:
-        if not sender.send(batch, timeout=30.0):
-            raise RuntimeError("stopped")
-    sender.close()  # joins the feeder thread: all batches are in the pipe
-
-
-def test_receive_drains_up_to_max_items_without_qsize(monkeypatch):
-    handle, receiver = make_mp_channel(maxsize=4)
-    batches = [[("seq", 0), ("seq", 1)], [("seq", 2), ("seq", 3)], [("seq", 4), ("seq", 5)]]
-    child = multiprocessing.get_context("spawn").Process(
-        target=_send_batches, args=(handle, batches)
-    )
-    child.start()
-    child.join(60)
-    assert child.exitcode == 0
-
-    def no_qsize():
-        raise NotImplementedError("qsize is not implemented on macOS")
-
-    monkeypatch.setattr(handle.queue, "qsize", no_qsize)
-    assert receiver.receive(5, timeout=5.0) == [("seq", i) for i in range(5)]
-    assert receiver.receive(5, timeout=0.05) == [("seq", 5)]  # leftover of the last batch
-    assert receiver.receive(5, timeout=0.05) == []
-    receiver.close()
-
-
-def test_receive_waits_up_to_timeout_when_empty():
-    handle, receiver = make_mp_channel(maxsize=2)
-    t0 = time.monotonic()
-    assert receiver.receive(10, timeout=0.2) == []
-    assert 0.15 <= time.monotonic() - t0 < 2.0
-    receiver.close()
-
-
-def test_drain_discards_queued_items():
-    handle, sender, receiver = _fill(n_batches=3, maxsize=3)
-    assert receiver.drain(0.3) == 3
-    assert sender.send([("item", 9)], timeout=1.0)  # room again
-    sender.close(drop_pending=True)
 
 
 def test_subscriber_pulls_only_newer_weights():
@@ -160,8 +95,8 @@ def test_weights_handle_is_picklable_and_rebuilds_subscriber():
 
 
 def test_mp_implementations_satisfy_the_interfaces():
-    handle, receiver = make_mp_channel(maxsize=1)
-    sender = handle.make_sender()
+    r, w = CTX.Pipe(duplex=False)
+    sender, receiver = PipeExperienceSender(w, SharedFlag(CTX)), PipeExperienceReceiver()
     assert isinstance(sender, ExperienceSender) and isinstance(receiver, ExperienceReceiver)
     publisher = SharedWeightsPublisher(WeightsSpec.from_arrays([np.zeros(1)]), name_prefix=PREFIX)
     subscriber = publisher.subscriber_handle.make_subscriber()
@@ -170,3 +105,100 @@ def test_mp_implementations_satisfy_the_interfaces():
     publisher.close()
     sender.close()
     receiver.close()
+    r.close()
+
+
+# ---------------------------------------------------------------- pipe channel -------
+def test_pipe_channel_moves_batches_and_splits_them():
+    stop = SharedFlag(CTX)
+    r, w = CTX.Pipe(duplex=False)
+    sender, receiver = PipeExperienceSender(w, stop), PipeExperienceReceiver(connections=[r])
+    assert sender.send([1, 2, 3]) and sender.send([4])
+    assert receiver.receive(2, timeout=1.0) == [1, 2]
+    assert receiver.receive(10, timeout=1.0) == [3, 4]
+    t0 = time.monotonic()
+    assert receiver.receive(10, timeout=0.1) == []
+    assert time.monotonic() - t0 >= 0.09
+    sender.close()
+    assert receiver.receive(10, timeout=0.5) == [] and receiver.connections == 0
+    receiver.close()
+
+
+def test_pipe_sender_back_pressure_timeout_and_stop():
+    stop = SharedFlag(CTX)
+    r, w = CTX.Pipe(duplex=False)
+    sender = PipeExperienceSender(w, stop, poll_interval=0.02)
+    small, sent = [b"x" * 1000], 0
+    with pytest.raises(TimeoutError, match="still full"):
+        for _ in range(1000):
+            sender.send(small, timeout=0.2)
+            sent += 1
+    assert 10 < sent < 200  # bounded by the pipe's buffer, no unbounded growth
+    threading.Timer(0.2, stop.set).start()
+    t0 = time.monotonic()
+    assert sender.send(small) is False  # blocked until stop, then refused
+    assert time.monotonic() - t0 < 2.0
+    receiver = PipeExperienceReceiver(connections=[r])
+    assert len(receiver.receive(10_000, timeout=1.0)) == sent  # nothing cut or lost
+    sender.close()
+    receiver.close()
+
+
+def test_pipe_sender_cut_by_timeout_closes_the_pipe():
+    r, w = CTX.Pipe(duplex=False)
+    sender = PipeExperienceSender(w, SharedFlag(CTX), poll_interval=0.02)
+    with pytest.raises(TimeoutError):
+        sender.send([np.zeros(1 << 20, np.uint8)], timeout=0.3)  # nobody reads
+    with pytest.raises(BrokenPipeError):
+        sender.send([1])
+    receiver = PipeExperienceReceiver(connections=[r])
+    assert receiver.receive(10, timeout=1.0) == []  # the cut message is dropped, no hang
+    assert receiver.connections == 0
+
+
+def test_pipe_receiver_drops_a_pipe_cut_in_the_middle_of_a_message():
+    r, w = CTX.Pipe(duplex=False)
+    r2, w2 = CTX.Pipe(duplex=False)
+    receiver = PipeExperienceReceiver(connections=[r, r2])
+    # what a writer killed mid-message leaves: a length header promising more bytes
+    os.write(w.fileno(), struct.pack("!i", 1000) + b"x" * 10)
+    w.close()
+    w2.send_bytes(pickle.dumps(["ok"]))
+    got, t0 = [], time.monotonic()
+    while not got and time.monotonic() - t0 < 2:
+        got += receiver.receive(10, timeout=0.2)
+    assert got == ["ok"]
+    assert receiver.receive(10, timeout=0.1) == []
+    assert receiver.connections == 1  # the cut pipe is gone, the healthy one stays
+    receiver.close()
+    w2.close()
+
+
+def test_pipe_receiver_takes_new_pipes_from_the_control_pipe():
+    control_r, control_w = CTX.Pipe(duplex=False)
+    receiver = PipeExperienceReceiver(control=control_r)
+    r, w = CTX.Pipe(duplex=False)
+    control_w.send(("connect", 0, r))  # transfers the connection, as to another process
+    r.close()
+    w.send_bytes(pickle.dumps([("seq", 1.0, 4)]))
+    got, t0 = [], time.monotonic()
+    while not got and time.monotonic() - t0 < 5:
+        got += receiver.receive(10, timeout=0.5)
+    assert got == [("seq", 1.0, 4)] and receiver.connections == 1
+    control_w.close()  # the manager is gone: the learner must notice
+    with pytest.raises(RuntimeError, match="manager gone"):
+        receiver.receive(10, timeout=0.5)
+    receiver.close()
+    w.close()
+    control_r.close()
+
+
+def test_counters_and_flag():
+    counters, flag = RunCounters(CTX, 3), SharedFlag(CTX)
+    counters.actor_steps[0], counters.actor_steps[2] = 5, 7
+    assert counters.total_steps() == 12
+    counters.learner[0] = 9
+    assert counters.learner_value("updates") == 9
+    assert not flag.is_set()
+    flag.set()
+    assert flag.is_set()
