@@ -12,6 +12,8 @@ Usage::
     python benchmarks/bench_learning.py --env masked --seeds 0 1 2
     python benchmarks/bench_learning.py --env masked --no-lstm --seeds 0
     python benchmarks/bench_learning.py --env cartpole --manager --actors 2 --seeds 0
+
+`--threads 1` (the default) gives TensorFlow one thread, as the peers' runs give torch.
 """
 
 from __future__ import annotations
@@ -73,7 +75,14 @@ def main() -> None:
     parser.add_argument("--manager", action="store_true", help="train with R2D2Manager")
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--max-seconds", type=float, default=900.0)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="TensorFlow threads (the peers' protocol runs 1-thread jobs)")
     args = parser.parse_args()
+    if args.threads > 0 and not args.manager:
+        from r2d2_agent.compat import tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     runs = []
     for seed in args.seeds:
         if args.manager:

@@ -61,7 +61,10 @@ def main() -> None:
                      callbacks=callbacks) as manager:
         result = manager.train(nb_steps=args.nb_steps, max_seconds=args.max_seconds)
         agent = manager.create_test_agent()
-    print(result)
+    print(f"stopped by {result.stop_reason}: {result.env_steps} env steps "
+          f"(per actor {result.actor_env_steps}), {result.learner_updates} learner updates "
+          f"in {result.elapsed_seconds:.1f} s; recent mean return "
+          f"{result.recent_mean_return()}")
     history = agent.test(env_factory(), nb_episodes=3, visualize=False, verbose=0)
     print(f"greedy evaluation: {np.mean(history.history['episode_reward']):.1f}")
 

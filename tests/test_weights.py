@@ -202,17 +202,21 @@ def test_dropped_reader_closes_without_unraisable_error(monkeypatch):
     assert errors == []
 
 
-def _torn_read_writer(handle: SharedWeightsHandle, seconds: float) -> None:
-    """Spawn child: publishes arrays all filled with the version they will get."""
+def _torn_read_writer(handle: SharedWeightsHandle, seconds: float,
+                      min_publishes: int = 200) -> None:
+    """Spawn child: publishes arrays all filled with the version they will get, for
+    `seconds` and at least `min_publishes` times (so a loaded machine still overlaps
+    reads and writes)."""
     writer = SharedWeights.attach(handle, writer=True)
     arrays = handle.spec.allocate()
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end or writer.version() < min_publishes:
         version = writer.version() + 1
         for a in arrays:
             a.fill(version)
         if writer.publish(arrays) != version:
             raise AssertionError("unexpected version")
+        time.sleep(0.001)  # a learner pauses between publishes; readers get a window
     writer.close()
 
 
