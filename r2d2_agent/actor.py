@@ -171,9 +171,21 @@ class R2D2Actor:
         """The current network input, shape (input_sequence, *frame)."""
         return np.stack(self._frames)
 
-    def q_values(self) -> np.ndarray:
-        """Q-values (network units) of the current observation, state not advanced."""
-        q, _ = self.policy.step(self.stacked_observation()[None], self._state)
+    def q_values(self, observation: Any = None) -> np.ndarray:
+        """Q-values (network units) from the current recurrent state, which is not advanced.
+
+        Args:
+            observation: a new frame to rate as if it came next (the frame stack is not
+                changed); None rates the current observation.
+        """
+        if observation is None:
+            stacked = self.stacked_observation()
+        else:
+            frame = np.asarray(observation)
+            previous = list(self._frames)[1:] if self.episode_started else [
+                np.zeros_like(frame)] * (self.config.input_sequence - 1)
+            stacked = np.stack([*previous, frame])
+        q, _ = self.policy.step(stacked[None], self._state)
         return q[0]
 
     def reset_state(self) -> None:

@@ -150,12 +150,7 @@ class R2D2Agent(rl_core.Agent):
 
         The recurrent state and the frame stack are not advanced.
         """
-        actor = self.actor
-        frames = list(actor._frames)[1:] if actor.episode_started else [
-            np.zeros_like(np.asarray(observation))] * (self.config.input_sequence - 1)
-        stacked = np.stack([*frames, np.asarray(observation)])
-        q, _ = actor.policy.step(stacked[None], actor._state)
-        q = q[0]
+        q = self.actor.q_values(observation)
         return inverse_rescale(q) if self.config.enable_rescaling else q
 
     def load_weights(self, filepath: str) -> None:
