@@ -121,19 +121,9 @@ def run_weights(repeats: int) -> dict:
         out["keras_policy_step_ms"] = _median_ms(lambda: keras_policy.step(obs, state), repeats)
     finally:
         publisher.close()
-    ctx = multiprocessing.get_context("spawn")
-    inq, outq = ctx.Queue(maxsize=1), ctx.Queue()
-    child = ctx.Process(target=bench_weights._echo_child, args=(inq, outq), daemon=True)
-    child.start()
-    try:
+    with bench_weights.echo_child() as (inq, outq):
         shapes = [tuple(w.shape) for w in weights]
         out["bench_weights_set"] = bench_weights.bench_set(shapes, repeats, inq, outq)
-    finally:
-        inq.put(None)
-        child.join(30)
-        if child.is_alive():
-            child.kill()
-            child.join()
     return out
 
 

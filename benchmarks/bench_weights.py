@@ -20,6 +20,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import pickle
@@ -27,7 +28,8 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -96,28 +98,35 @@ def bench_set(shapes: Shapes, repeats: int, inq, outq) -> dict:
     return result
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Runs the benchmark and prints one JSON object."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=50, help="timed repeats per measure")
-    args = parser.parse_args(argv)
-
+@contextlib.contextmanager
+def echo_child() -> Iterator[tuple[Any, Any]]:
+    """A spawn child that echoes what it gets (the pickled-queue baseline's far end)."""
     ctx = multiprocessing.get_context("spawn")
     inq, outq = ctx.Queue(maxsize=1), ctx.Queue()
     child = ctx.Process(target=_echo_child, args=(inq, outq), daemon=True)
     child.start()
-    t0 = time.perf_counter()
     try:
-        sets = {
-            "cartpole": bench_set(cartpole_shapes(), args.repeats, inq, outq),
-            "atari": bench_set(atari_shapes(), args.repeats, inq, outq),
-        }
+        yield inq, outq
     finally:
         inq.put(None)
         child.join(30)
         if child.is_alive():
             child.kill()
             child.join()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Runs the benchmark and prints one JSON object."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=50, help="timed repeats per measure")
+    args = parser.parse_args(argv)
+
+    t0 = time.perf_counter()
+    with echo_child() as (inq, outq):
+        sets = {
+            "cartpole": bench_set(cartpole_shapes(), args.repeats, inq, outq),
+            "atari": bench_set(atari_shapes(), args.repeats, inq, outq),
+        }
     report = {
         "benchmark": "bench_weights",
         "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
