@@ -18,6 +18,7 @@ import numpy as np
 from r2d2_agent.actor import R2D2Actor, make_adder, make_policy
 from r2d2_agent.compat import keras, rl_core, set_global_seed
 from r2d2_agent.config import R2D2Config
+from r2d2_agent.env_checks import check_env_matches_config
 from r2d2_agent.envs import as_keras_rl_env
 from r2d2_agent.image_models import ImageModel
 from r2d2_agent.learner import METRIC_NAMES, R2D2Learner
@@ -183,9 +184,10 @@ class R2D2Agent(rl_core.Agent):
 
         if not self.compiled:
             raise RuntimeError("call compile() before fit()")
+        env = self._checked_env(env, self.config.seed)
         self.training = True
         self.actor.epsilon = self.train_epsilon
-        return run_episodes(self, as_keras_rl_env(env, self.config.seed), nb_steps=int(nb_steps),
+        return run_episodes(self, env, nb_steps=int(nb_steps),
                             nb_episodes=None, action_repetition=action_repetition,
                             callbacks=callbacks, verbose=verbose, visualize=visualize,
                             log_interval=log_interval,
@@ -200,12 +202,13 @@ class R2D2Agent(rl_core.Agent):
         """Runs `nb_episodes` evaluation episodes with ε = `config.test_epsilon`."""
         from r2d2_agent.loops import run_episodes
 
+        env = self._checked_env(env, None)
         self.training = False
         self.sync_actor()
         self.reset_states()
         self.actor.epsilon = self.config.test_epsilon
         try:
-            return run_episodes(self, as_keras_rl_env(env), nb_steps=None,
+            return run_episodes(self, env, nb_steps=None,
                                 nb_episodes=int(nb_episodes),
                                 action_repetition=action_repetition, callbacks=callbacks,
                                 verbose=verbose, visualize=visualize, log_interval=0,
@@ -215,6 +218,15 @@ class R2D2Agent(rl_core.Agent):
         finally:
             self.actor.epsilon = self.train_epsilon
             self.reset_states()
+
+
+    def _checked_env(self, env: Any, seed: int | None) -> Any:
+        """Wraps a gymnasium env and checks its spaces against the config (unless a
+        processor, which may reshape observations, is set)."""
+        env = as_keras_rl_env(env, seed)
+        if self.processor is None:
+            check_env_matches_config(env.observation_space, env.action_space, self.config)
+        return env
 
 
 def save_weights_atomic(model: keras.Model, filepath: str, overwrite: bool) -> None:

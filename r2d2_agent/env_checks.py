@@ -8,10 +8,12 @@ therefore TensorFlow.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium
 from gymnasium import spaces
 
-__all__ = ["check_env_spaces"]
+__all__ = ["check_env_matches_config", "check_env_spaces"]
 
 
 def check_env_spaces(
@@ -53,3 +55,21 @@ def check_env_spaces(
             "at least one dimension (reshape them to (1,) with a gymnasium.ObservationWrapper)"
         )
     return shape, int(action_space.n)
+
+
+def check_env_matches_config(observation_space: gymnasium.Space,
+                             action_space: gymnasium.Space, config: Any) -> None:
+    """Check an environment's spaces against an `R2D2Config`.
+
+    Raises:
+        ValueError: If a space is unsupported (see `check_env_spaces`), or the observation
+            shape or action count differs from `config.input_shape` / `config.nb_actions`;
+            the message names both values.
+    """
+    shape, nb_actions = check_env_spaces(observation_space, action_space)
+    if shape != tuple(config.input_shape):
+        raise ValueError(f"the env's observation shape {shape} does not match "
+                         f"config.input_shape {tuple(config.input_shape)}")
+    if nb_actions != config.nb_actions:
+        raise ValueError(f"the env has {nb_actions} actions but config.nb_actions is "
+                         f"{config.nb_actions}")

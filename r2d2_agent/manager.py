@@ -258,19 +258,13 @@ def _check_env(env_factory: Callable[[], Any], config: R2D2Config) -> None:
     """Builds one env in the parent and checks its spaces against the config."""
     import gymnasium
 
-    from r2d2_agent.env_checks import check_env_spaces
+    from r2d2_agent.env_checks import check_env_matches_config
 
     env = env_factory()
     try:
         if not isinstance(env, gymnasium.Env):
             raise TypeError(f"env_factory must return a gymnasium.Env, got "
                             f"{type(env).__name__}")
-        shape, nb_actions = check_env_spaces(env.observation_space, env.action_space)
+        check_env_matches_config(env.observation_space, env.action_space, config)
     finally:
         env.close()
-    if shape != config.input_shape:
-        raise ValueError(f"the env's observation shape {shape} does not match "
-                         f"config.input_shape {config.input_shape}")
-    if nb_actions != config.nb_actions:
-        raise ValueError(f"the env has {nb_actions} actions but config.nb_actions is "
-                         f"{config.nb_actions}")

@@ -285,3 +285,18 @@ def test_actor_takes_the_learner_weights_every_sync_interval(steps, synced):
     agent.fit(cartpole(), nb_steps=steps, verbose=0)
     same = all(np.array_equal(a, b) for a, b in zip(_actor_weights(agent), new, strict=True))
     assert same is synced
+
+
+def test_fit_rejects_an_env_whose_observation_shape_differs_from_the_config():
+    """A clear ValueError naming both shapes, before any step is taken."""
+    import gymnasium
+
+    from r2d2_agent import R2D2Agent, R2D2Config
+
+    agent = R2D2Agent(R2D2Config(input_shape=(3,), nb_actions=2, lstm_units=4, dense_units=4,
+                                 burnin=1, input_length=2, multisteps=1, batch_size=2,
+                                 memory_capacity=8))
+    agent.compile()
+    with pytest.raises(ValueError, match=r"\(4,\).*\(3,\)"):
+        agent.fit(gymnasium.make("CartPole-v1"), nb_steps=10, verbose=0)
+    assert agent.step == 0
