@@ -126,9 +126,10 @@ def run_episodes(agent: Any, env: Any, nb_steps: int | None, nb_episodes: int | 
                     "metrics": metrics, "episode": episode, "info": info})
                 episode_step += 1
             if done:
+                # keras-rl's convention: total steps while training, the episode's in tests
                 callback_list.on_episode_end(episode, {
                     "episode_reward": episode_reward, "nb_episode_steps": episode_step,
-                    "nb_steps": steps})
+                    "nb_steps": steps if agent.training else episode_step})
                 episode += 1
     except KeyboardInterrupt:
         did_abort = True

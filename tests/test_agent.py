@@ -300,3 +300,18 @@ def test_fit_rejects_an_env_whose_observation_shape_differs_from_the_config():
     with pytest.raises(ValueError, match=r"\(4,\).*\(3,\)"):
         agent.fit(gymnasium.make("CartPole-v1"), nb_steps=10, verbose=0)
     assert agent.step == 0
+
+
+def test_test_logs_each_episodes_own_length_as_nb_steps():
+    """keras-rl's convention: in test() `nb_steps` is the episode's length."""
+    import gymnasium
+
+    from r2d2_agent import R2D2Agent
+    from r2d2_agent.presets import cartpole_config
+
+    agent = R2D2Agent(cartpole_config(lstm_units=4, dense_units=4, seed=5))
+    agent.compile()
+    logs = agent.test(gymnasium.make("CartPole-v1"), nb_episodes=3, visualize=False,
+                      verbose=0).history
+    assert logs["nb_steps"] == logs["nb_episode_steps"]
+    assert len(logs["nb_steps"]) == 3
