@@ -121,6 +121,7 @@ class R2D2Agent(rl_core.Agent):
             self._complete(next_observation)
         if not self.training:
             return self._metrics
+        self.step += 1  # training env steps over all fit() calls (a plain int)
         self._steps_since_sync += 1
         if self.step % self.config.train_interval == 0 and self.learner.ready:
             metrics = self.learner.step()

@@ -117,7 +117,6 @@ def run_episodes(agent: Any, env: Any, nb_steps: int | None, nb_episodes: int | 
                     truncated = True
                 done = terminated or truncated
                 steps += 1
-                agent.step = steps if agent.training else agent.step
                 metrics = agent.backward(reward, terminated, truncated=truncated,
                                          next_observation=observation)
                 episode_reward += reward

@@ -315,3 +315,27 @@ def test_test_logs_each_episodes_own_length_as_nb_steps():
                       verbose=0).history
     assert logs["nb_steps"] == logs["nb_episode_steps"]
     assert len(logs["nb_steps"]) == 3
+
+
+def test_manual_forward_backward_trains_every_train_interval_steps():
+    """A user's own loop gets the same schedule as fit(): one update per train_interval."""
+    import gymnasium
+
+    from r2d2_agent import R2D2Agent
+    from r2d2_agent.presets import cartpole_config
+
+    agent = R2D2Agent(cartpole_config(lstm_units=4, dense_units=4, burnin=1, input_length=2,
+                                      multisteps=1, batch_size=2, memory_warmup=2,
+                                      train_interval=4, seed=6))
+    agent.compile()
+    agent.training = True
+    env = gymnasium.make("CartPole-v1")
+    observation, _ = env.reset(seed=0)
+    for _ in range(200):
+        action = agent.forward(observation)
+        observation, reward, terminated, truncated, _ = env.step(action)
+        agent.backward(reward, terminated, truncated=truncated, next_observation=observation)
+        if terminated or truncated:
+            observation, _ = env.reset()
+    assert agent.step == 200
+    assert 40 <= agent.learner.updates <= 50
