@@ -59,6 +59,24 @@ class KerasPolicy:
         self.network.set_weights(weights)
 
 
+def resolve_use_numpy(config: R2D2Config, image_model: Any = None,
+                      use_numpy: bool | None = None) -> bool:
+    """Whether to act with the numpy forward pass.
+
+    Args:
+        config: the agent's configuration.
+        image_model: encoder for image inputs (rules the numpy pass out).
+        use_numpy: force (True) or forbid (False) it; None picks it whenever possible.
+
+    Raises:
+        ValueError: if it is forced but the network is not a value-input network.
+    """
+    possible = image_model is None and supports_numpy(config)
+    if use_numpy and not possible:
+        raise ValueError("use_numpy_policy=True needs InputType.VALUES and no image_model")
+    return possible if use_numpy is None else bool(use_numpy)
+
+
 def make_policy(config: R2D2Config, image_model: Any = None, use_numpy: bool | None = None
                 ) -> Policy:
     """The fastest policy for a config: numpy for value inputs, Keras otherwise.
@@ -68,9 +86,7 @@ def make_policy(config: R2D2Config, image_model: Any = None, use_numpy: bool | N
         image_model: encoder for image inputs (forces the Keras policy).
         use_numpy: force (True) or forbid (False) the numpy forward pass; None decides.
     """
-    if use_numpy is None:
-        use_numpy = image_model is None and supports_numpy(config)
-    if use_numpy:
+    if resolve_use_numpy(config, image_model, use_numpy):
         return NumpyNetwork(config)
     return KerasPolicy(config, image_model)
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from r2d2_agent.actor import resolve_use_numpy
 from r2d2_agent.children import R2D2ProcessError
 from r2d2_agent.config import R2D2Config
-from r2d2_agent.numpy_net import supports_numpy
 from r2d2_agent.reports import Progress, TrainResult
 from r2d2_agent.runners import call_hooks
 from r2d2_agent.supervisor import Supervisor
@@ -96,13 +96,10 @@ class R2D2Manager:
         if not callable(env_factory):
             raise TypeError(f"env_factory must be a zero-argument callable returning a "
                             f"gymnasium env, got {type(env_factory).__name__}")
-        can_numpy = image_model is None and supports_numpy(config)
-        if use_numpy_policy and not can_numpy:
-            raise ValueError("use_numpy_policy=True needs InputType.VALUES and no image_model")
         self.env_factory, self.config, self.actor_num = env_factory, config, actor_num
         self.image_model = image_model
         self.callbacks = list(callbacks or [])
-        self.use_numpy_policy = can_numpy if use_numpy_policy is None else use_numpy_policy
+        self.use_numpy_policy = resolve_use_numpy(config, image_model, use_numpy_policy)
         self.max_actor_restarts, self.actors_on_cpu = max_actor_restarts, actors_on_cpu
         self.observation_dtype = np.dtype(observation_dtype)
         self.env_steps_per_update = (None if not rate_limit else
