@@ -27,11 +27,11 @@ import gymnasium as gym
 import numpy as np
 
 from r2d2_agent import InputType, R2D2Config
-from r2d2_agent.actor import R2D2Actor, make_policy
-from r2d2_agent.agent import make_adder
 from r2d2_agent.compat import tf
-from r2d2_agent.learner import R2D2Learner, sequence_spec
 from r2d2_agent.presets import cartpole_config
+from r2d2_agent.replay import SequenceLayout
+from r2d2_agent.roles import R2D2Builder
+from r2d2_agent.roles.learner import R2D2Learner
 
 
 def fill_replay(learner: R2D2Learner, config: R2D2Config, count: int, dtype: type) -> None:
@@ -39,7 +39,7 @@ def fill_replay(learner: R2D2Learner, config: R2D2Config, count: int, dtype: typ
     rng = np.random.default_rng(0)
     for _ in range(count):
         seq = {}
-        for name, (shape, dt) in sequence_spec(config, dtype).items():
+        for name, (shape, dt) in SequenceLayout.from_config(config, dtype).field_spec().items():
             if np.dtype(dt).kind == "f":
                 seq[name] = rng.random(shape).astype(dt)
             elif np.dtype(dt) == np.uint8:
@@ -53,7 +53,7 @@ def fill_replay(learner: R2D2Learner, config: R2D2Config, count: int, dtype: typ
 
 
 def bench_learner(config: R2D2Config, updates: int, repeats: int, dtype: type) -> dict:
-    learner = R2D2Learner(config, observation_dtype=dtype)
+    learner = R2D2Builder(config, observation_dtype=dtype).make_learner()
     fill_replay(learner, config, max(config.batch_size * 2, config.warmup), dtype)
     start = time.perf_counter()
     learner.step()  # traces the graph
@@ -65,12 +65,17 @@ def bench_learner(config: R2D2Config, updates: int, repeats: int, dtype: type) -
             learner.step()
         times.append((time.perf_counter() - start) / updates)
     per_update = statistics.median(times)
-    return {"batch": config.batch_size, "burnin": config.burnin,
-            "input_length": config.input_length, "multisteps": config.multisteps,
-            "lstm_units": config.lstm_units, "first_update_s": round(trace_s, 2),
-            "update_ms": round(per_update * 1e3, 3),
-            "updates_per_s": round(1.0 / per_update, 2),
-            "sequences_per_s": round(config.batch_size / per_update, 1)}
+    return {
+        "batch": config.batch_size,
+        "burnin": config.burnin,
+        "input_length": config.input_length,
+        "multisteps": config.multisteps,
+        "lstm_units": config.lstm_units,
+        "first_update_s": round(trace_s, 2),
+        "update_ms": round(per_update * 1e3, 3),
+        "updates_per_s": round(1.0 / per_update, 2),
+        "sequences_per_s": round(config.batch_size / per_update, 1),
+    }
 
 
 def bench_actor(config: R2D2Config, use_numpy: bool, steps: int) -> dict:
@@ -79,11 +84,12 @@ def bench_actor(config: R2D2Config, use_numpy: bool, steps: int) -> dict:
     def sink(sequence: dict, priority: float) -> None:
         sink_count[0] += 1
 
-    policy = make_policy(config, use_numpy=use_numpy)
-    probe = R2D2Learner(config) if not use_numpy else None
+    builder = R2D2Builder(config, use_numpy_policy=use_numpy)
+    policy = builder.make_policy()
+    probe = builder.make_learner() if not use_numpy else None
     weights = probe.get_weights() if probe else _random_weights(config)
     policy.set_weights(weights)
-    actor = R2D2Actor(config, policy, make_adder(config, sink), epsilon=0.1, seed=0)
+    actor = builder.make_actor(policy, builder.make_adder(sink), epsilon=0.1, seed=0)
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=0)
     actor.observe_first(obs)
@@ -103,14 +109,16 @@ def bench_actor(config: R2D2Config, use_numpy: bool, steps: int) -> dict:
             obs, _ = env.reset()
             actor.observe_first(obs)
     elapsed = time.perf_counter() - start
-    return {"policy": "numpy" if use_numpy else "keras_tf_function",
-            "env_steps_per_s": round(steps / elapsed, 1),
-            "inference_ms": round(statistics.median(lat) * 1e3, 4),
-            "sequences_emitted": sink_count[0]}
+    return {
+        "policy": "numpy" if use_numpy else "keras_tf_function",
+        "env_steps_per_s": round(steps / elapsed, 1),
+        "inference_ms": round(statistics.median(lat) * 1e3, 4),
+        "sequences_emitted": sink_count[0],
+    }
 
 
 def _random_weights(config: R2D2Config) -> list[np.ndarray]:
-    from r2d2_agent.numpy_net import weight_layout
+    from r2d2_agent.networks.numpy_net import weight_layout
 
     rng = np.random.default_rng(0)
     return [rng.normal(0, 0.1, shape).astype(np.float32) for _, shape in weight_layout(config)]
@@ -126,15 +134,29 @@ def main() -> None:
     args = parser.parse_args()
     t0 = time.perf_counter()
     cartpole = cartpole_config(seed=0)
-    out = {"benchmark": "bench_agent", "machine": f"{platform.machine()}, "
-           f"{__import__('os').cpu_count()} cpus", "tensorflow": tf.__version__,
-           "learner_cartpole": bench_learner(cartpole, args.updates, args.repeats, np.float32),
-           "actor_cartpole": [bench_actor(cartpole, True, args.actor_steps),
-                              bench_actor(cartpole, False, args.actor_steps // 4)]}
+    out = {
+        "benchmark": "bench_agent",
+        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cpus",
+        "tensorflow": tf.__version__,
+        "learner_cartpole": bench_learner(cartpole, args.updates, args.repeats, np.float32),
+        "actor_cartpole": [
+            bench_actor(cartpole, True, args.actor_steps),
+            bench_actor(cartpole, False, args.actor_steps // 4),
+        ],
+    }
     if not args.skip_atari:
-        atari = R2D2Config(input_shape=(84, 84), nb_actions=18, input_type=InputType.GRAY_2ch,
-                           input_sequence=4, batch_size=64, burnin=40, input_length=80,
-                           multisteps=5, memory_capacity=200, seed=0)
+        atari = R2D2Config(
+            input_shape=(84, 84),
+            nb_actions=18,
+            input_type=InputType.GRAY_2ch,
+            input_sequence=4,
+            batch_size=64,
+            burnin=40,
+            input_length=80,
+            multisteps=5,
+            memory_capacity=200,
+            seed=0,
+        )
         out["learner_atari"] = bench_learner(atari, args.atari_updates, 1, np.uint8)
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out))

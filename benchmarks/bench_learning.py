@@ -35,15 +35,18 @@ def run_agent(env: str, seed: int, budget: int, lstm: bool) -> dict:
 
     preset = cartpole_config if env == "cartpole" else masked_cartpole_config
     config = preset(seed=seed) if lstm else preset(seed=seed, lstm_units=0)
-    make_env = (functools.partial(gym.make, "CartPole-v1") if env == "cartpole"
-                else make_masked_cartpole)
+    make_env = (
+        functools.partial(gym.make, "CartPole-v1") if env == "cartpole" else make_masked_cartpole
+    )
     agent = R2D2Agent(config)
     agent.compile()
     result = train_until_solved(agent, make_env, budget)
-    return {"solved": result["solved_at"] is not None,
-            "env_steps": result["solved_at"] or result["env_steps"],
-            "wall_s": round(result["solved_wall_s"] or result["wall_s"], 1),
-            "evals": [round(m, 1) for _, m in result["evals"]]}
+    return {
+        "solved": result["solved_at"] is not None,
+        "env_steps": result["solved_at"] or result["env_steps"],
+        "wall_s": round(result["solved_wall_s"] or result["wall_s"], 1),
+        "evals": [round(m, 1) for _, m in result["evals"]],
+    }
 
 
 def run_manager(env: str, seed: int, budget: int, actors: int, max_seconds: float) -> dict:
@@ -53,8 +56,9 @@ def run_manager(env: str, seed: int, budget: int, actors: int, max_seconds: floa
     from r2d2_agent import R2D2Manager
 
     preset = cartpole_config if env == "cartpole" else masked_cartpole_config
-    make_env = (functools.partial(gym.make, "CartPole-v1") if env == "cartpole"
-                else make_masked_cartpole)
+    make_env = (
+        functools.partial(gym.make, "CartPole-v1") if env == "cartpole" else make_masked_cartpole
+    )
     start = time.perf_counter()
     with R2D2Manager(make_env, preset(seed=seed), actor_num=actors) as manager:
         manager.train(nb_steps=budget, max_seconds=max_seconds)
@@ -62,8 +66,12 @@ def run_manager(env: str, seed: int, budget: int, actors: int, max_seconds: floa
     wall = time.perf_counter() - start
     history = agent.test(make_env(), nb_episodes=10, visualize=False, verbose=0)
     mean = float(np.mean(history.history["episode_reward"]))
-    return {"solved": mean >= 475, "env_steps": budget, "wall_s": round(wall, 1),
-            "final_eval10": round(mean, 1)}
+    return {
+        "solved": mean >= 475,
+        "env_steps": budget,
+        "wall_s": round(wall, 1),
+        "final_eval10": round(mean, 1),
+    }
 
 
 def main() -> None:
@@ -75,8 +83,12 @@ def main() -> None:
     parser.add_argument("--manager", action="store_true", help="train with R2D2Manager")
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--max-seconds", type=float, default=900.0)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="TensorFlow threads (the peers' protocol runs 1-thread jobs)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="TensorFlow threads (the peers' protocol runs 1-thread jobs)",
+    )
     args = parser.parse_args()
     if args.threads > 0 and not args.manager:
         from r2d2_agent.compat import tf
@@ -89,16 +101,25 @@ def main() -> None:
             run = run_manager(args.env, seed, args.budget, args.actors, args.max_seconds)
         else:
             run = run_agent(args.env, seed, args.budget, not args.no_lstm)
-        run.update(env=args.env, seed=seed, lstm=not args.no_lstm,
-                   mode=f"manager({args.actors})" if args.manager else "agent")
+        run.update(
+            env=args.env,
+            seed=seed,
+            lstm=not args.no_lstm,
+            mode=f"manager({args.actors})" if args.manager else "agent",
+        )
         runs.append(run)
         print(json.dumps(run), flush=True)
-    print(json.dumps({
-        "summary": f"{args.env} {'manager' if args.manager else 'agent'}"
-                   f"{'' if not args.no_lstm else ' no-lstm'}",
-        "solved": f"{sum(r['solved'] for r in runs)}/{len(runs)}",
-        "median_env_steps": statistics.median(r["env_steps"] for r in runs),
-        "median_wall_s": statistics.median(r["wall_s"] for r in runs)}))
+    print(
+        json.dumps(
+            {
+                "summary": f"{args.env} {'manager' if args.manager else 'agent'}"
+                f"{'' if not args.no_lstm else ' no-lstm'}",
+                "solved": f"{sum(r['solved'] for r in runs)}/{len(runs)}",
+                "median_env_steps": statistics.median(r["env_steps"] for r in runs),
+                "median_wall_s": statistics.median(r["wall_s"] for r in runs),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

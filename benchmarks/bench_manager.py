@@ -36,7 +36,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from r2d2_agent.manager import R2D2Manager
+from r2d2_agent.distributed import R2D2Manager
 from r2d2_agent.presets import cartpole_config
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
@@ -45,8 +45,14 @@ CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 def run_throughput(actors: int, numpy_policy: bool, seconds: float, rate_limit: bool) -> dict:
     """One free-running (or rate-limited) run; rates over its steady part."""
     config = cartpole_config(seed=0)
-    manager = R2D2Manager(CARTPOLE, config, actor_num=actors, progress=False,
-                          use_numpy_policy=numpy_policy, rate_limit=rate_limit)
+    manager = R2D2Manager(
+        CARTPOLE,
+        config,
+        actor_num=actors,
+        progress=False,
+        use_numpy_policy=numpy_policy,
+        rate_limit=rate_limit,
+    )
     marks: dict = {}
 
     def on_progress(p):
@@ -59,8 +65,10 @@ def run_throughput(actors: int, numpy_policy: bool, seconds: float, rate_limit: 
     dt = b.elapsed_seconds - a.elapsed_seconds
     per_actor = [(y - x) / dt for x, y in zip(a.actor_env_steps, b.actor_env_steps, strict=True)]
     return {
-        "actors": actors, "policy": "numpy" if numpy_policy else "keras",
-        "rate_limit": rate_limit, "measured_s": round(dt, 1),
+        "actors": actors,
+        "policy": "numpy" if numpy_policy else "keras",
+        "rate_limit": rate_limit,
+        "measured_s": round(dt, 1),
         "startup_s": round(a.elapsed_seconds, 1),
         "env_steps_per_s_each": [round(r, 1) for r in per_actor],
         "env_steps_per_s_total": round(sum(per_actor), 1),
@@ -85,14 +93,16 @@ def run_weights(repeats: int) -> dict:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_weights
 
-    from r2d2_agent.actor import KerasPolicy
-    from r2d2_agent.learner import R2D2Learner
-    from r2d2_agent.numpy_net import NumpyNetwork
-    from r2d2_agent.transport import SharedWeightsPublisher, SharedWeightsSubscriber
-    from r2d2_agent.weights import WeightsSpec
+    from r2d2_agent.distributed.mp.shared_weights import WeightsSpec
+    from r2d2_agent.distributed.mp.weights_channel import (
+        SharedWeightsPublisher,
+        SharedWeightsSubscriber,
+    )
+    from r2d2_agent.networks import KerasPolicy, NumpyNetwork
+    from r2d2_agent.roles import R2D2Builder
 
     config = cartpole_config(seed=0)
-    learner = R2D2Learner(config)
+    learner = R2D2Builder(config).make_learner()
     weights = learner.get_weights()
     spec = WeightsSpec.from_arrays(weights)
     out: dict = {"n_arrays": len(weights), "nbytes": spec.nbytes}
@@ -100,10 +110,11 @@ def run_weights(repeats: int) -> dict:
     try:
         out["learner_get_weights_ms"] = _median_ms(learner.get_weights, repeats)
         out["learner_publish_ms"] = _median_ms(
-            lambda: publisher.publish(learner.get_weights()), repeats)
+            lambda: publisher.publish(learner.get_weights()), repeats
+        )
         numpy_policy, keras_policy = NumpyNetwork(config), KerasPolicy(config)
         for name, policy in (("numpy", numpy_policy), ("keras", keras_policy)):
-            subscriber = SharedWeightsSubscriber(publisher.subscriber_handle.weights)
+            subscriber = SharedWeightsSubscriber(publisher.handle)
 
             def pull(subscriber=subscriber, policy=policy):
                 publisher.publish(weights)  # so that there is always a newer version
@@ -113,7 +124,8 @@ def run_weights(repeats: int) -> dict:
 
             pull()
             out[f"actor_pull_{name}_ms"] = round(
-                statistics.median(pull() for _ in range(repeats)) * 1e3, 4)
+                statistics.median(pull() for _ in range(repeats)) * 1e3, 4
+            )
             subscriber.close()
         obs, state = np.zeros((1, 1, 4), np.float32), np.zeros((1, 2, 64), np.float32)
         out["numpy_policy_step_ms"] = _median_ms(lambda: numpy_policy.step(obs, state), repeats)
@@ -129,27 +141,32 @@ def run_weights(repeats: int) -> dict:
 
 def run_solve_manager(seed: int, budget: int, actors: int) -> dict:
     """Time to solve with the manager; evaluations in the parent, numpy policy."""
-    manager = R2D2Manager(CARTPOLE, cartpole_config(seed=seed), actor_num=actors,
-                          progress=False)
+    manager = R2D2Manager(CARTPOLE, cartpole_config(seed=seed), actor_num=actors, progress=False)
     eval_env, evals, solved, next_eval = gym.make("CartPole-v1"), [], {}, [2_500]
 
     def on_progress(p):
         if p.env_steps >= next_eval[0]:
             next_eval[0] += 2_500
-            mean = float(np.mean(manager.evaluate(10, env=eval_env,
-                                                  seed=None if evals else 1_000)))
+            mean = float(np.mean(manager.evaluate(10, env=eval_env, seed=None if evals else 1_000)))
             evals.append((p.env_steps, round(mean, 1)))
             if mean >= 475 and not solved:
-                solved.update(env_steps=p.env_steps, updates=p.learner_updates,
-                              wall_s=round(p.elapsed_seconds, 1))
+                solved.update(
+                    env_steps=p.env_steps,
+                    updates=p.learner_updates,
+                    wall_s=round(p.elapsed_seconds, 1),
+                )
                 manager.request_stop()
 
     result = manager.train(nb_steps=budget, max_seconds=900, on_progress=on_progress)
-    return {"mode": f"manager({actors})", "seed": seed, "solved": bool(solved),
-            "env_steps": solved.get("env_steps", result.env_steps),
-            "learner_updates": solved.get("updates", result.learner_updates),
-            "wall_s": solved.get("wall_s", round(result.elapsed_seconds, 1)),
-            "evals": evals}
+    return {
+        "mode": f"manager({actors})",
+        "seed": seed,
+        "solved": bool(solved),
+        "env_steps": solved.get("env_steps", result.env_steps),
+        "learner_updates": solved.get("updates", result.learner_updates),
+        "wall_s": solved.get("wall_s", round(result.elapsed_seconds, 1)),
+        "evals": evals,
+    }
 
 
 def run_solve_agent(seed: int, budget: int) -> dict:
@@ -160,11 +177,15 @@ def run_solve_agent(seed: int, budget: int) -> dict:
     agent = R2D2Agent(cartpole_config(seed=seed))
     agent.compile()
     result = train_until_solved(agent, CARTPOLE, budget)
-    return {"mode": "agent", "seed": seed, "solved": result["solved_at"] is not None,
-            "env_steps": result["solved_at"] or result["env_steps"],
-            "learner_updates": int(agent.learner.updates),
-            "wall_s": round(result["solved_wall_s"] or result["wall_s"], 1),
-            "evals": [(s, round(m, 1)) for s, m in result["evals"]]}
+    return {
+        "mode": "agent",
+        "seed": seed,
+        "solved": result["solved_at"] is not None,
+        "env_steps": result["solved_at"] or result["env_steps"],
+        "learner_updates": int(agent.learner.updates),
+        "wall_s": round(result["solved_wall_s"] or result["wall_s"], 1),
+        "evals": [(s, round(m, 1)) for s, m in result["evals"]],
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -174,25 +195,33 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=50, help="per latency measure")
     parser.add_argument("--seed", type=int, default=1, help="seed of the solve runs")
     parser.add_argument("--budget", type=int, default=40_000, help="env steps per solve run")
-    parser.add_argument("--sections", nargs="+", default=["throughput", "weights", "solve"],
-                        choices=["throughput", "weights", "solve"])
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        default=["throughput", "weights", "solve"],
+        choices=["throughput", "weights", "solve"],
+    )
     args = parser.parse_args(argv)
     report: dict = {
         "benchmark": "bench_manager",
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
         "python": platform.python_version(),
-        "machine": f"{platform.system()} {platform.machine()}, "
-                   f"{multiprocessing.cpu_count()} cpus",
+        "machine": f"{platform.system()} {platform.machine()}, {multiprocessing.cpu_count()} cpus",
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
     t0 = time.perf_counter()
     if "throughput" in args.sections:  # first: the parent has not imported TensorFlow yet
-        report["throughput"] = [run_throughput(n, numpy_policy, args.seconds, False)
-                                for n in (1, 2) for numpy_policy in (True, False)]
+        report["throughput"] = [
+            run_throughput(n, numpy_policy, args.seconds, False)
+            for n in (1, 2)
+            for numpy_policy in (True, False)
+        ]
         report["throughput"].append(run_throughput(2, True, args.seconds, True))
     if "solve" in args.sections:
-        report["solve"] = [run_solve_manager(args.seed, args.budget, 2),
-                           run_solve_agent(args.seed, args.budget)]
+        report["solve"] = [
+            run_solve_manager(args.seed, args.budget, 2),
+            run_solve_agent(args.seed, args.budget),
+        ]
     if "weights" in args.sections:
         report["weights"] = run_weights(args.repeats)
     report["wall_s"] = round(time.perf_counter() - t0, 1)

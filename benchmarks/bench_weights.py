@@ -33,22 +33,47 @@ from typing import Any
 
 import numpy as np
 
-from r2d2_agent.weights import SharedWeights, WeightsSpec
+from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
 
 Shapes = list[tuple[int, ...]]
 
 
 def cartpole_shapes() -> Shapes:
     """Dense(4->64), LSTM(64->64), dueling Dense 64->64, V 64->1, A 64->2."""
-    return [(4, 64), (64,), (64, 256), (64, 256), (256,), (64, 64), (64,),
-            (64, 1), (1,), (64, 2), (2,)]
+    return [
+        (4, 64),
+        (64,),
+        (64, 256),
+        (64, 256),
+        (256,),
+        (64, 64),
+        (64,),
+        (64, 1),
+        (1,),
+        (64, 2),
+        (2,),
+    ]
 
 
 def atari_shapes() -> Shapes:
     """Nature conv torso, LSTM(3136->512), Dense 512->512, V 512->1, A 512->18."""
-    return [(8, 8, 4, 32), (32,), (4, 4, 32, 64), (64,), (3, 3, 64, 64), (64,),
-            (3136, 2048), (512, 2048), (2048,), (512, 512), (512,),
-            (512, 1), (1,), (512, 18), (18,)]
+    return [
+        (8, 8, 4, 32),
+        (32,),
+        (4, 4, 32, 64),
+        (64,),
+        (3, 3, 64, 64),
+        (64,),
+        (3136, 2048),
+        (512, 2048),
+        (2048,),
+        (512, 512),
+        (512,),
+        (512, 1),
+        (1,),
+        (512, 18),
+        (18,),
+    ]
 
 
 def _median_ms(fn: Callable[[], object], repeats: int, inner: int = 1) -> float:
@@ -75,8 +100,11 @@ def bench_set(shapes: Shapes, repeats: int, inq, outq) -> dict:
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     spec = WeightsSpec.from_arrays(arrays)
-    result: dict = {"n_arrays": len(arrays), "nbytes": spec.nbytes,
-                    "pickled_bytes": len(pickle.dumps(arrays, pickle.HIGHEST_PROTOCOL))}
+    result: dict = {
+        "n_arrays": len(arrays),
+        "nbytes": spec.nbytes,
+        "pickled_bytes": len(pickle.dumps(arrays, pickle.HIGHEST_PROTOCOL)),
+    }
     with SharedWeights.create(spec, name_prefix="r2d2b") as owner:
         owner.publish(arrays)  # warm-up: touches every page of the segment
         result["publish_ms"] = _median_ms(lambda: owner.publish(arrays), repeats)
@@ -94,7 +122,8 @@ def bench_set(shapes: Shapes, repeats: int, inq, outq) -> dict:
     round_trip()  # warm-up
     result["mp_queue_put_get_ack_ms"] = _median_ms(round_trip, repeats)
     result["queue_over_shm_read_ratio"] = round(
-        result["mp_queue_put_get_ack_ms"] / max(result["read_into_out_ms"], 1e-9), 1)
+        result["mp_queue_put_get_ack_ms"] / max(result["read_into_out_ms"], 1e-9), 1
+    )
     return result
 
 

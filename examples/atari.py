@@ -28,8 +28,9 @@ def make_atari(env_id: str) -> gym.Env:
 
     gym.register_envs(ale_py)
     env = gym.make(env_id, frameskip=1)
-    return gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84,
-                                           grayscale_obs=True, noop_max=30)
+    return gym.wrappers.AtariPreprocessing(
+        env, frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=30
+    )
 
 
 def main() -> None:
@@ -49,22 +50,33 @@ def main() -> None:
     probe.close()
 
     # The paper's settings, with replay and batch sized for one machine.
-    config = R2D2Config(input_shape=(84, 84), nb_actions=nb_actions,
-                        input_type=InputType.GRAY_2ch, input_sequence=4,
-                        memory_capacity=20_000, batch_size=32, seed=args.seed)
+    config = R2D2Config(
+        input_shape=(84, 84),
+        nb_actions=nb_actions,
+        input_type=InputType.GRAY_2ch,
+        input_sequence=4,
+        memory_capacity=20_000,
+        batch_size=32,
+        seed=args.seed,
+    )
     image_model = R2D3ImageModel() if args.r2d3 else DQNImageModel()
     run_name = f"{args.env.replace('/', '_')}__r2d2__{args.seed}__{int(time.time())}"
-    callbacks = [TensorBoardCallback(f"runs/{run_name}"),
-                 CheckpointCallback(f"runs/{run_name}.h5", interval=2_500)]
+    callbacks = [
+        TensorBoardCallback(f"runs/{run_name}"),
+        CheckpointCallback(f"runs/{run_name}.h5", interval=2_500),
+    ]
 
-    with R2D2Manager(env_factory, config, actor_num=args.actors, image_model=image_model,
-                     callbacks=callbacks) as manager:
+    with R2D2Manager(
+        env_factory, config, actor_num=args.actors, image_model=image_model, callbacks=callbacks
+    ) as manager:
         result = manager.train(nb_steps=args.nb_steps, max_seconds=args.max_seconds)
         agent = manager.create_test_agent()
-    print(f"stopped by {result.stop_reason}: {result.env_steps} env steps "
-          f"(per actor {result.actor_env_steps}), {result.learner_updates} learner updates "
-          f"in {result.elapsed_seconds:.1f} s; recent mean return "
-          f"{result.recent_mean_return()}")
+    print(
+        f"stopped by {result.stop_reason}: {result.env_steps} env steps "
+        f"(per actor {result.actor_env_steps}), {result.learner_updates} learner updates "
+        f"in {result.elapsed_seconds:.1f} s; recent mean return "
+        f"{result.recent_mean_return()}"
+    )
     history = agent.test(env_factory(), nb_episodes=3, visualize=False, verbose=0)
     print(f"greedy evaluation: {np.mean(history.history['episode_reward']):.1f}")
 

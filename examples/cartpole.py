@@ -22,8 +22,7 @@ from r2d2_agent.presets import cartpole_config
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--actors", type=int, default=2, help="actor processes")
-    parser.add_argument("--nb-steps", type=int, default=60_000,
-                        help="env steps over all actors")
+    parser.add_argument("--nb-steps", type=int, default=60_000, help="env steps over all actors")
     parser.add_argument("--max-seconds", type=float, default=600.0, help="wall-time limit")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-episodes", type=int, default=10)
@@ -37,24 +36,28 @@ def main() -> None:
     # 2. Configuration: the CartPole preset (see r2d2_agent/presets.py), seeded.
     config = cartpole_config(seed=args.seed)
     run_name = f"CartPole-v1__r2d2__{args.seed}__{int(time.time())}"
-    callbacks = [TensorBoardCallback(f"runs/{run_name}"),
-                 CheckpointCallback(args.weights, interval=1_000)]
+    callbacks = [
+        TensorBoardCallback(f"runs/{run_name}"),
+        CheckpointCallback(args.weights, interval=1_000),
+    ]
 
     # 3. Train with the manager; it stops at the first limit reached.
-    with R2D2Manager(env_factory, config, actor_num=args.actors,
-                     callbacks=callbacks) as manager:
+    with R2D2Manager(env_factory, config, actor_num=args.actors, callbacks=callbacks) as manager:
         result = manager.train(nb_steps=args.nb_steps, max_seconds=args.max_seconds)
         agent = manager.create_test_agent()
-    print(f"stopped by {result.stop_reason}: {result.env_steps} env steps "
-          f"(per actor {result.actor_env_steps}), {result.learner_updates} learner updates "
-          f"in {result.elapsed_seconds:.1f} s; recent mean return "
-          f"{result.recent_mean_return()}")
+    print(
+        f"stopped by {result.stop_reason}: {result.env_steps} env steps "
+        f"(per actor {result.actor_env_steps}), {result.learner_updates} learner updates "
+        f"in {result.elapsed_seconds:.1f} s; recent mean return "
+        f"{result.recent_mean_return()}"
+    )
 
     # 4. Greedy evaluation of the learner's final weights.
-    history = agent.test(env_factory(), nb_episodes=args.eval_episodes, visualize=False,
-                         verbose=0)
-    print(f"greedy evaluation over {args.eval_episodes} episodes: "
-          f"{np.mean(history.history['episode_reward']):.1f}")
+    history = agent.test(env_factory(), nb_episodes=args.eval_episodes, visualize=False, verbose=0)
+    print(
+        f"greedy evaluation over {args.eval_episodes} episodes: "
+        f"{np.mean(history.history['episode_reward']):.1f}"
+    )
 
 
 if __name__ == "__main__":

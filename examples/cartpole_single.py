@@ -35,21 +35,31 @@ def main() -> None:
     agent.compile()
 
     # 3. Train; keras-rl's interval logger prints progress, TensorBoard gets the metrics.
-    callbacks = [TensorBoardCallback(f"runs/{run_name}"),
-                 CheckpointCallback(args.weights, interval=10_000)]
+    callbacks = [
+        TensorBoardCallback(f"runs/{run_name}"),
+        CheckpointCallback(args.weights, interval=10_000),
+    ]
     start = time.perf_counter()
-    history = agent.fit(gym.make("CartPole-v1"), nb_steps=args.nb_steps,
-                        callbacks=callbacks, verbose=1, log_interval=5_000)
+    history = agent.fit(
+        gym.make("CartPole-v1"),
+        nb_steps=args.nb_steps,
+        callbacks=callbacks,
+        verbose=1,
+        log_interval=5_000,
+    )
     train_s = time.perf_counter() - start
     returns = history.history["episode_reward"]
 
     # 4. Greedy evaluation.
-    result = agent.test(gym.make("CartPole-v1"), nb_episodes=args.eval_episodes,
-                        visualize=False, verbose=0)
+    result = agent.test(
+        gym.make("CartPole-v1"), nb_episodes=args.eval_episodes, visualize=False, verbose=0
+    )
     eval_mean = float(np.mean(result.history["episode_reward"]))
-    print(f"trained {args.nb_steps} env steps in {train_s:.1f} s "
-          f"({len(returns)} episodes, last 10 mean {np.mean(returns[-10:]):.1f}); "
-          f"greedy evaluation over {args.eval_episodes} episodes: {eval_mean:.1f}")
+    print(
+        f"trained {args.nb_steps} env steps in {train_s:.1f} s "
+        f"({len(returns)} episodes, last 10 mean {np.mean(returns[-10:]):.1f}); "
+        f"greedy evaluation over {args.eval_episodes} episodes: {eval_mean:.1f}"
+    )
 
 
 if __name__ == "__main__":

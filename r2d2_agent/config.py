@@ -145,9 +145,19 @@ class R2D2Config:
         if not isinstance(self.input_type, InputType):
             raise ValueError(f"input_type must be an InputType, got {self.input_type!r}")
         check_frame_shape(self.input_type, self.input_shape)
-        positive = ("nb_actions", "input_sequence", "dense_units", "multisteps",
-                    "input_length", "batch_size", "memory_capacity", "target_update_interval",
-                    "train_interval", "actor_sync_interval", "is_anneal_updates")
+        positive = (
+            "nb_actions",
+            "input_sequence",
+            "dense_units",
+            "multisteps",
+            "input_length",
+            "batch_size",
+            "memory_capacity",
+            "target_update_interval",
+            "train_interval",
+            "actor_sync_interval",
+            "is_anneal_updates",
+        )
         for name in positive:
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("lstm_units", self.lstm_units, minimum=0)
@@ -162,11 +172,14 @@ class R2D2Config:
         if self.memory_warmup is not None:
             _check_int("memory_warmup", self.memory_warmup, minimum=1)
             if self.memory_warmup > self.memory_capacity:
-                raise ValueError(f"memory_warmup={self.memory_warmup} exceeds "
-                                 f"memory_capacity={self.memory_capacity}")
+                raise ValueError(
+                    f"memory_warmup={self.memory_warmup} exceeds "
+                    f"memory_capacity={self.memory_capacity}"
+                )
         if self.batch_size > self.memory_capacity:
-            raise ValueError(f"batch_size={self.batch_size} exceeds "
-                             f"memory_capacity={self.memory_capacity}")
+            raise ValueError(
+                f"batch_size={self.batch_size} exceeds memory_capacity={self.memory_capacity}"
+            )
         _check_range("gamma", self.gamma, 0.0, 1.0)
         for name in ("is_exponent", "priority_eta", "epsilon", "test_epsilon"):
             _check_range(name, getattr(self, name), 0.0, 1.0)
@@ -233,7 +246,5 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 
 def _check_range(name: str, value: Any, low: float, high: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        low <= value <= high
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
         raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")

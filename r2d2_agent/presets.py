@@ -11,10 +11,24 @@ from typing import Any
 from r2d2_agent.config import R2D2Config
 
 _CARTPOLE: dict[str, Any] = dict(
-    input_shape=(4,), nb_actions=2, lstm_units=64, dense_units=64, burnin=8,
-    input_length=16, multisteps=3, gamma=0.99, batch_size=32, memory_capacity=4_000,
-    memory_warmup=50, learning_rate=1e-3, target_update_interval=100, train_interval=4,
-    actor_sync_interval=20, epsilon=0.1, is_anneal_updates=10_000)
+    input_shape=(4,),
+    nb_actions=2,
+    lstm_units=64,
+    dense_units=64,
+    burnin=8,
+    input_length=16,
+    multisteps=3,
+    gamma=0.99,
+    batch_size=32,
+    memory_capacity=4_000,
+    memory_warmup=50,
+    learning_rate=1e-3,
+    target_update_interval=100,
+    train_interval=4,
+    actor_sync_interval=20,
+    epsilon=0.1,
+    is_anneal_updates=10_000,
+)
 
 # The partially observable task needs longer credit assignment and a steadier target.
 _MASKED: dict[str, Any] = dict(input_shape=(2,), multisteps=5, target_update_interval=250)

@@ -1,4 +1,4 @@
-"""Tests of `r2d2_agent.actor.R2D2Actor`: ε-greedy choice, recurrent state, frame stacking
+"""Tests of `r2d2_agent.roles.actor.R2D2Actor`: ε-greedy choice, recurrent state, frame stacking
 and what reaches the sequence adder.
 
 A fake policy (`CountingPolicy`) makes every quantity predictable: its Q-values are a
@@ -11,16 +11,26 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from r2d2_agent.actor import R2D2Actor, make_adder
 from r2d2_agent.config import R2D2Config
+from r2d2_agent.roles import R2D2Actor, R2D2Builder
 
 UNITS = 2
 
 
 def config_for(**changes):
-    kwargs = {"input_shape": (3,), "nb_actions": 3, "lstm_units": UNITS, "dense_units": 4,
-              "burnin": 2, "input_length": 4, "multisteps": 1, "sequence_period": 2,
-              "batch_size": 4, "memory_capacity": 64, "enable_rescaling": False}
+    kwargs = {
+        "input_shape": (3,),
+        "nb_actions": 3,
+        "lstm_units": UNITS,
+        "dense_units": 4,
+        "burnin": 2,
+        "input_length": 4,
+        "multisteps": 1,
+        "sequence_period": 2,
+        "batch_size": 4,
+        "memory_capacity": 64,
+        "enable_rescaling": False,
+    }
     return R2D2Config(**(kwargs | changes))
 
 
@@ -50,8 +60,13 @@ def test_greedy_actor_picks_argmax_of_q():
 
 def test_epsilon_one_picks_actions_uniformly():
     nb_actions, draws = 4, 4000
-    actor = R2D2Actor(config_for(nb_actions=nb_actions, input_shape=(nb_actions,)),
-                      CountingPolicy(), None, epsilon=1.0, seed=123)
+    actor = R2D2Actor(
+        config_for(nb_actions=nb_actions, input_shape=(nb_actions,)),
+        CountingPolicy(),
+        None,
+        epsilon=1.0,
+        seed=123,
+    )
     actor.observe_first(np.array([9.0, 0.0, 0.0, 0.0]))  # greedy would always pick 0
     counts = np.bincount([actor.select_action() for _ in range(draws)], minlength=nb_actions)
     np.testing.assert_allclose(counts / draws, 0.25, atol=0.03)
@@ -122,7 +137,7 @@ def test_sequences_reach_the_sink_with_the_state_of_their_first_step():
     """Window q stores the state before step max(q - burnin, 0), which is that step number."""
     config = config_for()
     emitted = []
-    adder = make_adder(config, lambda seq, priority: emitted.append((seq, priority)))
+    adder = R2D2Builder(config).make_adder(lambda seq, priority: emitted.append((seq, priority)))
     actor = R2D2Actor(config, CountingPolicy(), adder, epsilon=0.0)
     episode_steps = 12
     actor.observe_first(np.full(3, 0.0))
@@ -142,7 +157,7 @@ def test_sequences_reach_the_sink_with_the_state_of_their_first_step():
 def test_remaining_sequences_are_emitted_padded_on_termination():
     config = config_for()
     emitted = []
-    adder = make_adder(config, lambda seq, priority: emitted.append(seq))
+    adder = R2D2Builder(config).make_adder(lambda seq, priority: emitted.append(seq))
     actor = R2D2Actor(config, CountingPolicy(), adder, epsilon=0.0)
     actor.observe_first(np.zeros(3))
     for t in range(1, 4):  # 3 steps: shorter than one window

@@ -9,19 +9,41 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from r2d2_agent.replay.adder import SequenceAdder
-from r2d2_agent.targets import RESCALE_EPS
+from r2d2_agent.math import RESCALE_EPS
+from r2d2_agent.replay import SequenceAdder, SequenceLayout
 
 NB_ACTIONS = 16
-FIELDS = ("obs", "burnin_mask", "state", "actions", "returns", "bootstrap_discount",
-          "bootstrap_index", "mask")
+FIELDS = (
+    "obs",
+    "burnin_mask",
+    "state",
+    "actions",
+    "returns",
+    "bootstrap_discount",
+    "bootstrap_index",
+    "mask",
+)
+
+
+LAYOUT = {
+    "observation_shape": (1,),
+    "observation_dtype": np.float32,
+    "state_size": 2,
+    "burnin": 2,
+    "input_length": 3,
+    "multisteps": 2,
+    "period": 2,
+}
+TARGETS = {"gamma": 0.5, "priority_eta": 0.9, "rescaling": True, "double_q": True}
+
+
+def make_layout(**overrides):
+    return SequenceLayout(**(LAYOUT | {k: v for k, v in overrides.items() if k in LAYOUT}))
 
 
 def make_adder(sink, **overrides):
-    kwargs = {"observation_shape": (1,), "observation_dtype": np.float32, "state_size": 2,
-              "burnin": 2, "input_length": 3, "multisteps": 2, "period": 2, "gamma": 0.5,
-              "priority_eta": 0.9, "rescaling": True, "double_q": True}
-    return SequenceAdder(sink, **(kwargs | overrides))
+    targets = TARGETS | {k: v for k, v in overrides.items() if k in TARGETS}
+    return SequenceAdder(sink, make_layout(**overrides), **targets)
 
 
 class Recorder:
@@ -48,66 +70,209 @@ def run_episode(adder, length, terminated, obs_offset=0, next_q_last=None):
     adder.add_first(np.array([obs_offset + 1.0], np.float32))
     for t in range(length):
         last = t == length - 1
-        adder.add(t + 1, float(t + 1), np.array([obs_offset + t + 2.0], np.float32),
-                  terminated=last and terminated, truncated=last and not terminated,
-                  state=np.full((2, 2), t + 1.0), q_values=q_of(t),
-                  next_q_values=next_q_last if last else None)
+        adder.add(
+            t + 1,
+            float(t + 1),
+            np.array([obs_offset + t + 2.0], np.float32),
+            terminated=last and terminated,
+            truncated=last and not terminated,
+            state=np.full((2, 2), t + 1.0),
+            q_values=q_of(t),
+            next_q_values=next_q_last if last else None,
+        )
 
 
 def row(obs, burnin_mask, state, actions, returns, disc, bidx, mask):
-    return {"obs": obs, "burnin_mask": burnin_mask, "state": state, "actions": actions,
-            "returns": returns, "bootstrap_discount": disc, "bootstrap_index": bidx,
-            "mask": mask}
+    return {
+        "obs": obs,
+        "burnin_mask": burnin_mask,
+        "state": state,
+        "actions": actions,
+        "returns": returns,
+        "bootstrap_discount": disc,
+        "bootstrap_index": bidx,
+        "mask": mask,
+    }
 
 
 # b=2, L=3, n=2, gamma=0.5; s_j = j+1, a_t = r_t = t+1; "state" is the fill value of
 # the (2, 2) state passed with step max(q-b, 0).
-Q0 = row([0, 0, 1, 2, 3, 4, 5], [0, 0], 1, [1, 2, 3], [2, 3.5, 5], [.25, .25, .25],
-         [2, 3, 4], [1, 1, 1])
+Q0 = row(
+    [0, 0, 1, 2, 3, 4, 5],
+    [0, 0],
+    1,
+    [1, 2, 3],
+    [2, 3.5, 5],
+    [0.25, 0.25, 0.25],
+    [2, 3, 4],
+    [1, 1, 1],
+)
 TABLE = {
-    "terminated_E7_period2": ({"period": 2}, 7, True, [
-        Q0,
-        row([1, 2, 3, 4, 5, 6, 7], [1, 1], 1, [3, 4, 5], [5, 6.5, 8], [.25, .25, .25],
-            [2, 3, 4], [1, 1, 1]),
-        row([3, 4, 5, 6, 7, 8, 0], [1, 1], 3, [5, 6, 7], [8, 9.5, 7], [.25, 0, 0],
-            [2, 3, 3], [1, 1, 1]),
-        row([5, 6, 7, 8, 0, 0, 0], [1, 1], 5, [7, 0, 0], [7, 0, 0], [0, 0, 0],
-            [1, 1, 2], [1, 0, 0]),
-    ]),
-    "truncated_E7_period2": ({"period": 2}, 7, False, [
-        Q0,
-        row([1, 2, 3, 4, 5, 6, 7], [1, 1], 1, [3, 4, 5], [5, 6.5, 8], [.25, .25, .25],
-            [2, 3, 4], [1, 1, 1]),
-        row([3, 4, 5, 6, 7, 8, 0], [1, 1], 3, [5, 6, 7], [8, 9.5, 7], [.25, .25, .5],
-            [2, 3, 3], [1, 1, 1]),
-        row([5, 6, 7, 8, 0, 0, 0], [1, 1], 5, [7, 0, 0], [7, 0, 0], [.5, 0, 0],
-            [1, 1, 2], [1, 0, 0]),
-    ]),
-    "terminated_E7_period_eq_L": ({"period": 3}, 7, True, [
-        Q0,
-        row([2, 3, 4, 5, 6, 7, 8], [1, 1], 2, [4, 5, 6], [6.5, 8, 9.5], [.25, .25, 0],
-            [2, 3, 4], [1, 1, 1]),
-        row([5, 6, 7, 8, 0, 0, 0], [1, 1], 5, [7, 0, 0], [7, 0, 0], [0, 0, 0],
-            [1, 1, 2], [1, 0, 0]),
-    ]),
-    "terminated_shorter_than_window": ({}, 2, True, [
-        row([0, 0, 1, 2, 3, 0, 0], [0, 0], 1, [1, 2, 0], [2, 2, 0], [0, 0, 0],
-            [2, 2, 2], [1, 1, 0]),
-    ]),
-    "truncated_shorter_than_window": ({}, 2, False, [
-        row([0, 0, 1, 2, 3, 0, 0], [0, 0], 1, [1, 2, 0], [2, 2, 0], [.25, .5, 0],
-            [2, 2, 2], [1, 1, 0]),
-    ]),
-    "terminated_single_step": ({}, 1, True, [
-        row([0, 0, 1, 2, 0, 0, 0], [0, 0], 1, [1, 0, 0], [1, 0, 0], [0, 0, 0],
-            [1, 1, 2], [1, 0, 0]),
-    ]),
+    "terminated_E7_period2": (
+        {"period": 2},
+        7,
+        True,
+        [
+            Q0,
+            row(
+                [1, 2, 3, 4, 5, 6, 7],
+                [1, 1],
+                1,
+                [3, 4, 5],
+                [5, 6.5, 8],
+                [0.25, 0.25, 0.25],
+                [2, 3, 4],
+                [1, 1, 1],
+            ),
+            row(
+                [3, 4, 5, 6, 7, 8, 0],
+                [1, 1],
+                3,
+                [5, 6, 7],
+                [8, 9.5, 7],
+                [0.25, 0, 0],
+                [2, 3, 3],
+                [1, 1, 1],
+            ),
+            row(
+                [5, 6, 7, 8, 0, 0, 0],
+                [1, 1],
+                5,
+                [7, 0, 0],
+                [7, 0, 0],
+                [0, 0, 0],
+                [1, 1, 2],
+                [1, 0, 0],
+            ),
+        ],
+    ),
+    "truncated_E7_period2": (
+        {"period": 2},
+        7,
+        False,
+        [
+            Q0,
+            row(
+                [1, 2, 3, 4, 5, 6, 7],
+                [1, 1],
+                1,
+                [3, 4, 5],
+                [5, 6.5, 8],
+                [0.25, 0.25, 0.25],
+                [2, 3, 4],
+                [1, 1, 1],
+            ),
+            row(
+                [3, 4, 5, 6, 7, 8, 0],
+                [1, 1],
+                3,
+                [5, 6, 7],
+                [8, 9.5, 7],
+                [0.25, 0.25, 0.5],
+                [2, 3, 3],
+                [1, 1, 1],
+            ),
+            row(
+                [5, 6, 7, 8, 0, 0, 0],
+                [1, 1],
+                5,
+                [7, 0, 0],
+                [7, 0, 0],
+                [0.5, 0, 0],
+                [1, 1, 2],
+                [1, 0, 0],
+            ),
+        ],
+    ),
+    "terminated_E7_period_eq_L": (
+        {"period": 3},
+        7,
+        True,
+        [
+            Q0,
+            row(
+                [2, 3, 4, 5, 6, 7, 8],
+                [1, 1],
+                2,
+                [4, 5, 6],
+                [6.5, 8, 9.5],
+                [0.25, 0.25, 0],
+                [2, 3, 4],
+                [1, 1, 1],
+            ),
+            row(
+                [5, 6, 7, 8, 0, 0, 0],
+                [1, 1],
+                5,
+                [7, 0, 0],
+                [7, 0, 0],
+                [0, 0, 0],
+                [1, 1, 2],
+                [1, 0, 0],
+            ),
+        ],
+    ),
+    "terminated_shorter_than_window": (
+        {},
+        2,
+        True,
+        [
+            row(
+                [0, 0, 1, 2, 3, 0, 0],
+                [0, 0],
+                1,
+                [1, 2, 0],
+                [2, 2, 0],
+                [0, 0, 0],
+                [2, 2, 2],
+                [1, 1, 0],
+            ),
+        ],
+    ),
+    "truncated_shorter_than_window": (
+        {},
+        2,
+        False,
+        [
+            row(
+                [0, 0, 1, 2, 3, 0, 0],
+                [0, 0],
+                1,
+                [1, 2, 0],
+                [2, 2, 0],
+                [0.25, 0.5, 0],
+                [2, 2, 2],
+                [1, 1, 0],
+            ),
+        ],
+    ),
+    "terminated_single_step": (
+        {},
+        1,
+        True,
+        [
+            row(
+                [0, 0, 1, 2, 0, 0, 0],
+                [0, 0],
+                1,
+                [1, 0, 0],
+                [1, 0, 0],
+                [0, 0, 0],
+                [1, 1, 2],
+                [1, 0, 0],
+            ),
+        ],
+    ),
     "no_burnin_n1_period1_truncated": (
-        {"burnin": 0, "input_length": 2, "multisteps": 1, "period": 1}, 3, False, [
-            row([1, 2, 3], [], 1, [1, 2], [1, 2], [.5, .5], [1, 2], [1, 1]),
-            row([2, 3, 4], [], 2, [2, 3], [2, 3], [.5, .5], [1, 2], [1, 1]),
-            row([3, 4, 0], [], 3, [3, 0], [3, 0], [.5, 0], [1, 1], [1, 0]),
-        ]),
+        {"burnin": 0, "input_length": 2, "multisteps": 1, "period": 1},
+        3,
+        False,
+        [
+            row([1, 2, 3], [], 1, [1, 2], [1, 2], [0.5, 0.5], [1, 2], [1, 1]),
+            row([2, 3, 4], [], 2, [2, 3], [2, 3], [0.5, 0.5], [1, 2], [1, 1]),
+            row([3, 4, 0], [], 3, [3, 0], [3, 0], [0.5, 0], [1, 1], [1, 0]),
+        ],
+    ),
 }
 
 
@@ -118,10 +283,7 @@ def test_emitted_sequences_table(name):
     adder = make_adder(rec, **overrides)
     run_episode(adder, length, terminated)
     assert len(rec.seqs) == len(expected)
-    spec = SequenceAdder.spec(observation_shape=(1,), observation_dtype=np.float32,
-                              state_size=2, burnin=overrides.get("burnin", 2),
-                              input_length=overrides.get("input_length", 3),
-                              multisteps=overrides.get("multisteps", 2))
+    spec = make_layout(**overrides).field_spec()
     for k, (got, want) in enumerate(zip(rec.seqs, expected, strict=True)):
         assert set(got) == set(FIELDS)
         for field, (shape, dtype) in spec.items():
@@ -138,8 +300,7 @@ def test_emitted_when_look_ahead_complete():
     adder.add_first(np.array([1.0], np.float32))
     counts = []
     for t in range(8):
-        adder.add(0, 0.0, np.array([t + 2.0], np.float32), False, False, np.zeros((2, 2)),
-                  q_of(t))
+        adder.add(0, 0.0, np.array([t + 2.0], np.float32), False, False, np.zeros((2, 2)), q_of(t))
         counts.append(len(rec.seqs))
     assert counts == [0, 0, 0, 0, 1, 1, 2, 2]
 
@@ -150,8 +311,16 @@ def test_next_q_values_allow_emitting_one_step_earlier():
     adder.add_first(np.array([1.0], np.float32))
     counts = []
     for t in range(6):
-        adder.add(0, 0.0, np.array([t + 2.0], np.float32), False, False, np.zeros((2, 2)),
-                  q_of(t), next_q_values=q_of(t + 1))
+        adder.add(
+            0,
+            0.0,
+            np.array([t + 2.0], np.float32),
+            False,
+            False,
+            np.zeros((2, 2)),
+            q_of(t),
+            next_q_values=q_of(t + 1),
+        )
         counts.append(len(rec.seqs))
     assert counts == [0, 0, 0, 1, 1, 2]
 
@@ -202,34 +371,56 @@ def _h(x):
 
 def _h_inv(x):
     eps = RESCALE_EPS
-    return math.copysign(((math.sqrt(1 + 4 * eps * (abs(x) + 1 + eps)) - 1) / (2 * eps)) ** 2 - 1,
-                         x)
+    return math.copysign(
+        ((math.sqrt(1 + 4 * eps * (abs(x) + 1 + eps)) - 1) / (2 * eps)) ** 2 - 1, x
+    )
 
 
 def reference_sequences(ep, cfg):
     """Brute-force sequences and priorities from a whole recorded episode."""
-    b, L, n, P, gamma = cfg["burnin"], cfg["input_length"], cfg["multisteps"], cfg["period"], \
-        cfg["gamma"]
+    b, L, n, P, gamma = (
+        cfg["burnin"],
+        cfg["input_length"],
+        cfg["multisteps"],
+        cfg["period"],
+        cfg["gamma"],
+    )
     E, obs, qs = len(ep["actions"]), ep["obs"], ep["qs"]
     out = []
     for q in range(0, E, P):
-        seq = {"obs": [obs[j] if 0 <= j <= E else 0.0 for j in range(q - b, q + L + n)],
-               "burnin_mask": [float(q - b + i >= 0) for i in range(b)],
-               "state": ep["states"][max(q - b, 0)], "actions": [], "returns": [],
-               "bootstrap_discount": [], "bootstrap_index": [], "mask": []}
+        seq = {
+            "obs": [obs[j] if 0 <= j <= E else 0.0 for j in range(q - b, q + L + n)],
+            "burnin_mask": [float(q - b + i >= 0) for i in range(b)],
+            "state": ep["states"][max(q - b, 0)],
+            "actions": [],
+            "returns": [],
+            "bootstrap_discount": [],
+            "bootstrap_index": [],
+            "mask": [],
+        }
         deltas = []
         for i in range(L):
             t = q + i
             if t >= E:
-                for f, v in (("actions", 0), ("returns", 0), ("bootstrap_discount", 0),
-                             ("bootstrap_index", i), ("mask", 0)):
+                for f, v in (
+                    ("actions", 0),
+                    ("returns", 0),
+                    ("bootstrap_discount", 0),
+                    ("bootstrap_index", i),
+                    ("mask", 0),
+                ):
                     seq[f].append(v)
                 continue
             k = min(n, E - t)
             g = sum(gamma**j * ep["rewards"][t + j] for j in range(k))
             d = 0.0 if ep["terminated"] and t + k == E else gamma**k
-            for f, v in (("actions", ep["actions"][t]), ("returns", g),
-                         ("bootstrap_discount", d), ("bootstrap_index", i + k), ("mask", 1)):
+            for f, v in (
+                ("actions", ep["actions"][t]),
+                ("returns", g),
+                ("bootstrap_discount", d),
+                ("bootstrap_index", i + k),
+                ("mask", 1),
+            ):
                 seq[f].append(v)
             qb = qs[t + k]
             v = qb[int(np.argmax(qb))]
@@ -241,20 +432,41 @@ def reference_sequences(ep, cfg):
 
 
 @settings(max_examples=60, deadline=None)
-@given(b=st.integers(0, 3), length=st.integers(1, 4), n=st.integers(1, 3), data=st.data(),
-       episode=st.integers(1, 14), terminated=st.booleans(), give_next_q=st.booleans(),
-       rescaling=st.booleans(), double_q=st.booleans(), seed=st.integers(0, 2**16))
-def test_matches_brute_force_reference_incl_priority(b, length, n, data, episode, terminated,
-                                                     give_next_q, rescaling, double_q, seed):
-    cfg = {"burnin": b, "input_length": length, "multisteps": n,
-           "period": data.draw(st.integers(1, length)), "gamma": 0.9, "priority_eta": 0.9,
-           "rescaling": rescaling, "double_q": double_q}
+@given(
+    b=st.integers(0, 3),
+    length=st.integers(1, 4),
+    n=st.integers(1, 3),
+    data=st.data(),
+    episode=st.integers(1, 14),
+    terminated=st.booleans(),
+    give_next_q=st.booleans(),
+    rescaling=st.booleans(),
+    double_q=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_matches_brute_force_reference_incl_priority(
+    b, length, n, data, episode, terminated, give_next_q, rescaling, double_q, seed
+):
+    cfg = {
+        "burnin": b,
+        "input_length": length,
+        "multisteps": n,
+        "period": data.draw(st.integers(1, length)),
+        "gamma": 0.9,
+        "priority_eta": 0.9,
+        "rescaling": rescaling,
+        "double_q": double_q,
+    }
     rng = np.random.default_rng(seed)
     qs = list(rng.normal(size=(episode + 1, 4)) * 3)
-    ep = {"obs": [float(j + 1) for j in range(episode + 1)], "qs": qs,
-          "actions": [int(a) for a in rng.integers(0, 4, episode)],
-          "rewards": list(rng.normal(size=episode) * 5), "terminated": terminated,
-          "states": list(rng.normal(size=(episode, 2, 3)).astype(np.float32))}
+    ep = {
+        "obs": [float(j + 1) for j in range(episode + 1)],
+        "qs": qs,
+        "actions": [int(a) for a in rng.integers(0, 4, episode)],
+        "rewards": list(rng.normal(size=episode) * 5),
+        "terminated": terminated,
+        "states": list(rng.normal(size=(episode, 2, 3)).astype(np.float32)),
+    }
     if not terminated and not give_next_q:
         qs[episode] = qs[episode - 1]  # Documented fallback: Q(s_{E-1}) stands in.
     rec = Recorder()
@@ -262,16 +474,24 @@ def test_matches_brute_force_reference_incl_priority(b, length, n, data, episode
     adder.add_first(np.array([1.0], np.float32))
     for t in range(episode):
         last = t == episode - 1
-        adder.add(ep["actions"][t], ep["rewards"][t], np.array([t + 2.0], np.float32),
-                  last and terminated, last and not terminated, ep["states"][t], qs[t],
-                  next_q_values=qs[t + 1] if last and give_next_q else None)
+        adder.add(
+            ep["actions"][t],
+            ep["rewards"][t],
+            np.array([t + 2.0], np.float32),
+            last and terminated,
+            last and not terminated,
+            ep["states"][t],
+            qs[t],
+            next_q_values=qs[t + 1] if last and give_next_q else None,
+        )
     expected = reference_sequences(ep, cfg)
     assert len(rec.items) == len(expected)
     for (got, prio), (want, want_prio) in zip(rec.items, expected, strict=True):
         np.testing.assert_allclose(got["obs"][:, 0], want["obs"])
         for field in FIELDS[1:]:
-            np.testing.assert_allclose(got[field], np.asarray(want[field], np.float32),
-                                       rtol=1e-6, atol=1e-6, err_msg=field)
+            np.testing.assert_allclose(
+                got[field], np.asarray(want[field], np.float32), rtol=1e-6, atol=1e-6, err_msg=field
+            )
         assert prio == pytest.approx(want_prio, rel=1e-9, abs=1e-9)
 
 
@@ -286,11 +506,21 @@ def test_uint8_observations_keep_dtype_and_zero_padding():
     np.testing.assert_array_equal(seq["obs"][:, 0, 0], [0, 0, 7, 9, 0, 0, 0])
 
 
-@pytest.mark.parametrize(("name", "value"), [
-    ("period", 0), ("period", 4), ("burnin", -1), ("input_length", 0), ("multisteps", 0),
-    ("gamma", 1.5), ("priority_eta", -0.1), ("state_size", -1), ("observation_shape", (-1,)),
-    ("rescaling", "yes"), ("double_q", None), ("observation_dtype", "not-a-dtype"),
-])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("period", 0),
+        ("period", 4),
+        ("burnin", -1),
+        ("input_length", 0),
+        ("multisteps", 0),
+        ("gamma", 1.5),
+        ("priority_eta", -0.1),
+        ("state_size", -1),
+        ("observation_shape", (-1,)),
+        ("observation_dtype", "not-a-dtype"),
+    ],
+)
 def test_bad_arguments_raise_value_error_naming_them(name, value):
     with pytest.raises(ValueError, match=name) as info:
         make_adder(Recorder(), **{name: value})
@@ -316,16 +546,26 @@ def test_add_first_mid_episode_raises_and_reset_discards():
     assert len(rec.seqs) == 1 and adder.buffer_length == 1
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"next_observation": np.ones(2)}, "observation"),
-    ({"state": np.zeros((2, 3))}, "state"),
-    ({"q_values": np.zeros((2, 3))}, "q_values"),
-    ({"action": 5}, "action"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"next_observation": np.ones(2)}, "observation"),
+        ({"state": np.zeros((2, 3))}, "state"),
+        ({"q_values": np.zeros((2, 3))}, "q_values"),
+        ({"action": 5}, "action"),
+    ],
+)
 def test_add_rejects_mismatched_shapes(kwargs, match):
     adder = make_adder(Recorder())
     adder.add_first(np.ones(1))
-    args = {"action": 0, "reward": 0.0, "next_observation": np.ones(1), "terminated": False,
-            "truncated": False, "state": np.zeros((2, 2)), "q_values": np.zeros(3)}
+    args = {
+        "action": 0,
+        "reward": 0.0,
+        "next_observation": np.ones(1),
+        "terminated": False,
+        "truncated": False,
+        "state": np.zeros((2, 2)),
+        "q_values": np.zeros(3),
+    }
     with pytest.raises(ValueError, match=match):
         adder.add(**(args | kwargs))

@@ -20,15 +20,25 @@ from r2d2_agent import R2D2Agent
 from r2d2_agent.compat import rl_callbacks
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.envs import GymnasiumEnv
-from r2d2_agent.targets import inverse_rescale
+from r2d2_agent.math import inverse_rescale
 
 NO_LEARNING = 10**6  # train_interval: no learner update within any test run
 
 
 def cartpole_config(**changes):
-    kwargs = {"input_shape": (4,), "nb_actions": 2, "lstm_units": 8, "dense_units": 8,
-              "burnin": 2, "input_length": 4, "multisteps": 2, "batch_size": 4,
-              "memory_capacity": 64, "train_interval": NO_LEARNING, "seed": 0}
+    kwargs = {
+        "input_shape": (4,),
+        "nb_actions": 2,
+        "lstm_units": 8,
+        "dense_units": 8,
+        "burnin": 2,
+        "input_length": 4,
+        "multisteps": 2,
+        "batch_size": 4,
+        "memory_capacity": 64,
+        "train_interval": NO_LEARNING,
+        "seed": 0,
+    }
     return R2D2Config(**(kwargs | changes))
 
 
@@ -131,8 +141,9 @@ def test_callbacks_see_keras_rl_protocol_and_log_keys():
     steps = [n for n in names if n in ("step_begin", "action_begin", "action_end", "step_end")]
     assert steps == ["step_begin", "action_begin", "action_end", "step_end"] * 40
     step_keys = {keys for name, keys in recorder.events if name == "step_end"}
-    assert step_keys == {frozenset({"action", "observation", "reward", "metrics", "episode",
-                                    "info"})}
+    assert step_keys == {
+        frozenset({"action", "observation", "reward", "metrics", "episode", "info"})
+    }
     episode_keys = {keys for name, keys in recorder.events if name == "episode_end"}
     assert episode_keys == {frozenset({"episode_reward", "nb_episode_steps", "nb_steps"})}
     assert recorder.model is agent and recorder.params["nb_steps"] == 40
@@ -141,8 +152,15 @@ def test_callbacks_see_keras_rl_protocol_and_log_keys():
 def test_keras_rl_file_logger_and_train_episode_logger_work(tmp_path, capsys):
     agent = compiled_agent(lstm_units=0)
     path = tmp_path / "log.json"
-    history = agent.fit(cartpole(), nb_steps=60, verbose=0, callbacks=[
-        rl_callbacks.FileLogger(str(path), interval=1), rl_callbacks.TrainEpisodeLogger()])
+    history = agent.fit(
+        cartpole(),
+        nb_steps=60,
+        verbose=0,
+        callbacks=[
+            rl_callbacks.FileLogger(str(path), interval=1),
+            rl_callbacks.TrainEpisodeLogger(),
+        ],
+    )
     data = json.loads(path.read_text())
     assert data["episode_reward"] == history.history["episode_reward"]
     assert set(agent.metrics_names) <= set(data)
@@ -178,7 +196,8 @@ def test_compute_q_values_are_in_return_units():
     agent = compiled_agent()
     obs = two_observations()[0] * 50.0
     q_network = agent.learner.online.unroll(
-        obs[None, None, None], (np.zeros((1, 8), np.float32),) * 2)[0].numpy()[0, 0]
+        obs[None, None, None], (np.zeros((1, 8), np.float32),) * 2
+    )[0].numpy()[0, 0]
     q = agent.compute_q_values(obs)
     np.testing.assert_allclose(q, inverse_rescale(q_network), atol=1e-5)
     assert not np.allclose(q, q_network, atol=1e-5)
@@ -199,8 +218,7 @@ def test_save_and_load_weights_round_trip_into_a_fresh_agent(tmp_path):
     source.save_weights(path)
     assert not np.allclose(fresh.compute_q_values(obs), source.compute_q_values(obs))
     fresh.load_weights(path)
-    np.testing.assert_allclose(fresh.compute_q_values(obs), source.compute_q_values(obs),
-                               atol=1e-6)
+    np.testing.assert_allclose(fresh.compute_q_values(obs), source.compute_q_values(obs), atol=1e-6)
     pairs = zip(fresh.learner.target.get_weights(), source.learner.get_weights(), strict=True)
     for target, online in pairs:
         np.testing.assert_array_equal(target, online)
@@ -229,8 +247,7 @@ class EpisodeEnds(rl_callbacks.Callback):
         self._info = logs["info"]
 
     def on_episode_end(self, episode, logs={}):  # noqa: B006
-        self.ends.append((self._info["terminated"], self._info["truncated"],
-                          len(self.stored)))
+        self.ends.append((self._info["terminated"], self._info["truncated"], len(self.stored)))
 
 
 def test_truncated_episode_bootstraps_and_terminated_does_not(monkeypatch):
@@ -293,9 +310,19 @@ def test_fit_rejects_an_env_whose_observation_shape_differs_from_the_config():
 
     from r2d2_agent import R2D2Agent, R2D2Config
 
-    agent = R2D2Agent(R2D2Config(input_shape=(3,), nb_actions=2, lstm_units=4, dense_units=4,
-                                 burnin=1, input_length=2, multisteps=1, batch_size=2,
-                                 memory_capacity=8))
+    agent = R2D2Agent(
+        R2D2Config(
+            input_shape=(3,),
+            nb_actions=2,
+            lstm_units=4,
+            dense_units=4,
+            burnin=1,
+            input_length=2,
+            multisteps=1,
+            batch_size=2,
+            memory_capacity=8,
+        )
+    )
     agent.compile()
     with pytest.raises(ValueError, match=r"\(4,\).*\(3,\)"):
         agent.fit(gymnasium.make("CartPole-v1"), nb_steps=10, verbose=0)
@@ -311,8 +338,9 @@ def test_test_logs_each_episodes_own_length_as_nb_steps():
 
     agent = R2D2Agent(cartpole_config(lstm_units=4, dense_units=4, seed=5))
     agent.compile()
-    logs = agent.test(gymnasium.make("CartPole-v1"), nb_episodes=3, visualize=False,
-                      verbose=0).history
+    logs = agent.test(
+        gymnasium.make("CartPole-v1"), nb_episodes=3, visualize=False, verbose=0
+    ).history
     assert logs["nb_steps"] == logs["nb_episode_steps"]
     assert len(logs["nb_steps"]) == 3
 
@@ -324,9 +352,19 @@ def test_manual_forward_backward_trains_every_train_interval_steps():
     from r2d2_agent import R2D2Agent
     from r2d2_agent.presets import cartpole_config
 
-    agent = R2D2Agent(cartpole_config(lstm_units=4, dense_units=4, burnin=1, input_length=2,
-                                      multisteps=1, batch_size=2, memory_warmup=2,
-                                      train_interval=4, seed=6))
+    agent = R2D2Agent(
+        cartpole_config(
+            lstm_units=4,
+            dense_units=4,
+            burnin=1,
+            input_length=2,
+            multisteps=1,
+            batch_size=2,
+            memory_warmup=2,
+            train_interval=4,
+            seed=6,
+        )
+    )
     agent.compile()
     agent.training = True
     env = gymnasium.make("CartPole-v1")

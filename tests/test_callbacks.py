@@ -11,9 +11,19 @@ from r2d2_agent.callbacks import CheckpointCallback, TensorBoardCallback
 from r2d2_agent.compat import tf
 from r2d2_agent.presets import cartpole_config
 
-TINY = dict(lstm_units=8, dense_units=8, burnin=2, input_length=4, multisteps=2,
-            batch_size=4, memory_capacity=64, memory_warmup=4, train_interval=2,
-            actor_sync_interval=10, seed=3)
+TINY = dict(
+    lstm_units=8,
+    dense_units=8,
+    burnin=2,
+    input_length=4,
+    multisteps=2,
+    batch_size=4,
+    memory_capacity=64,
+    memory_warmup=4,
+    train_interval=2,
+    actor_sync_interval=10,
+    seed=3,
+)
 
 
 def _agent(**overrides):
@@ -33,11 +43,20 @@ def _tags(logdir):
 
 def test_tensorboard_callback_writes_namespaced_metrics(tmp_path):
     agent = _agent()
-    agent.fit(gym.make("CartPole-v1"), nb_steps=300, verbose=0,
-              callbacks=[TensorBoardCallback(str(tmp_path), interval=20)])
+    agent.fit(
+        gym.make("CartPole-v1"),
+        nb_steps=300,
+        verbose=0,
+        callbacks=[TensorBoardCallback(str(tmp_path), interval=20)],
+    )
     tags = _tags(tmp_path / "agent")
-    assert {"charts/episodic_return", "charts/episodic_length", "losses/td_loss",
-            "losses/q_values", "charts/SPS"} <= tags
+    assert {
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "losses/td_loss",
+        "losses/q_values",
+        "charts/SPS",
+    } <= tags
 
 
 def test_tensorboard_callback_pickles_without_its_writer(tmp_path):
@@ -66,9 +85,16 @@ def test_checkpoint_callback_loads_weights_before_training(tmp_path):
     expected = source.compute_q_values(obs)
     target = _agent(seed=12, memory_warmup=64)  # no learning within 1 step
     assert not np.allclose(target.compute_q_values(obs), expected)
-    target.fit(gym.make("CartPole-v1"), nb_steps=1, verbose=0,
-               callbacks=[CheckpointCallback(str(tmp_path / "c.h5"), load_path=str(
-                   tmp_path / "w.h5"), save_at_end=False)])
+    target.fit(
+        gym.make("CartPole-v1"),
+        nb_steps=1,
+        verbose=0,
+        callbacks=[
+            CheckpointCallback(
+                str(tmp_path / "c.h5"), load_path=str(tmp_path / "w.h5"), save_at_end=False
+            )
+        ],
+    )
     target.reset_states()
     np.testing.assert_allclose(target.compute_q_values(obs), expected, rtol=1e-5)
 

@@ -21,21 +21,32 @@ from r2d2_agent.config import InputType, R2D2Config
 
 def small(**changes):
     """A valid small config with `changes` applied."""
-    kwargs = {"input_shape": (4,), "nb_actions": 2, "lstm_units": 8, "dense_units": 8,
-              "burnin": 2, "input_length": 4, "multisteps": 1, "batch_size": 4,
-              "memory_capacity": 64}
+    kwargs = {
+        "input_shape": (4,),
+        "nb_actions": 2,
+        "lstm_units": 8,
+        "dense_units": 8,
+        "burnin": 2,
+        "input_length": 4,
+        "multisteps": 1,
+        "batch_size": 4,
+        "memory_capacity": 64,
+    }
     return R2D2Config(**(kwargs | changes))
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("gamma", 1.5),
-    ("batch_size", 0),
-    ("lstm_units", -1),
-    ("sequence_period", 5),       # > input_length = 4
-    ("loss", "l1"),
-    ("memory_warmup", 65),        # > memory_capacity = 64
-    ("input_type", "VALUES"),     # a string, not an InputType
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("gamma", 1.5),
+        ("batch_size", 0),
+        ("lstm_units", -1),
+        ("sequence_period", 5),  # > input_length = 4
+        ("loss", "l1"),
+        ("memory_warmup", 65),  # > memory_capacity = 64
+        ("input_type", "VALUES"),  # a string, not an InputType
+    ],
+)
 def test_invalid_value_raises_value_error_naming_field_and_value(field, value):
     with pytest.raises(ValueError) as info:
         small(**{field: value})
@@ -44,13 +55,16 @@ def test_invalid_value_raises_value_error_naming_field_and_value(field, value):
     assert str(value) in message
 
 
-@pytest.mark.parametrize(("input_type", "bad_shape"), [
-    (InputType.VALUES, ()),
-    (InputType.GRAY_2ch, (16, 16, 1)),
-    (InputType.GRAY_3ch, (16, 16)),
-    (InputType.GRAY_3ch, (16, 16, 3)),
-    (InputType.COLOR, (16, 16)),
-])
+@pytest.mark.parametrize(
+    ("input_type", "bad_shape"),
+    [
+        (InputType.VALUES, ()),
+        (InputType.GRAY_2ch, (16, 16, 1)),
+        (InputType.GRAY_3ch, (16, 16)),
+        (InputType.GRAY_3ch, (16, 16, 3)),
+        (InputType.COLOR, (16, 16)),
+    ],
+)
 def test_frame_shape_not_fitting_input_type_raises_naming_both(input_type, bad_shape):
     with pytest.raises(ValueError) as info:
         small(input_shape=bad_shape, input_type=input_type)
@@ -59,12 +73,15 @@ def test_frame_shape_not_fitting_input_type_raises_naming_both(input_type, bad_s
     assert str(tuple(bad_shape)) in message
 
 
-@pytest.mark.parametrize(("input_type", "good_shape"), [
-    (InputType.VALUES, (3, 2)),
-    (InputType.GRAY_2ch, (16, 16)),
-    (InputType.GRAY_3ch, (16, 16, 1)),
-    (InputType.COLOR, (16, 16, 3)),
-])
+@pytest.mark.parametrize(
+    ("input_type", "good_shape"),
+    [
+        (InputType.VALUES, (3, 2)),
+        (InputType.GRAY_2ch, (16, 16)),
+        (InputType.GRAY_3ch, (16, 16, 1)),
+        (InputType.COLOR, (16, 16, 3)),
+    ],
+)
 def test_frame_shape_fitting_input_type_is_accepted(input_type, good_shape):
     cfg = small(input_shape=good_shape, input_type=input_type)
     assert cfg.input_shape == good_shape
@@ -125,14 +142,18 @@ def test_replace_validates_again():
 def _field_docstrings() -> dict[str, str | None]:
     """Field name -> the string literal right after its annotation in the class body."""
     tree = ast.parse(inspect.getsource(config_module))
-    cls = next(node for node in tree.body
-               if isinstance(node, ast.ClassDef) and node.name == "R2D2Config")
+    cls = next(
+        node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "R2D2Config"
+    )
     docs: dict[str, str | None] = {}
     for node, after in zip(cls.body, [*cls.body[1:], None], strict=True):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             doc = None
-            if (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                    and isinstance(after.value.value, str)):
+            if (
+                isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
                 doc = after.value.value
             docs[node.target.id] = doc
     return docs

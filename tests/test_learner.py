@@ -1,4 +1,4 @@
-"""Tests of `r2d2_agent.learner.R2D2Learner`: warm-up, target copies, priorities, IS
+"""Tests of `r2d2_agent.roles.learner.R2D2Learner`: warm-up, target copies, priorities, IS
 weights, burn-in and learning.
 
 Configs are tiny (LSTM 8, dense 8, burn-in 2, 4 trained steps) so one compiled update takes
@@ -16,23 +16,32 @@ import pytest
 
 from r2d2_agent.compat import keras
 from r2d2_agent.config import R2D2Config
-from r2d2_agent.learner import R2D2Learner, sequence_spec
-from r2d2_agent.replay.prioritized import PrioritizedSequenceReplay
-from r2d2_agent.targets import importance_weights
+from r2d2_agent.math import importance_weights
+from r2d2_agent.replay import PrioritizedSequenceReplay, SequenceLayout
+from r2d2_agent.roles import R2D2Builder
 
 OBS_SIZE, NB_ACTIONS = 3, 2
 
 
 def tiny_config(**changes):
-    kwargs = {"input_shape": (OBS_SIZE,), "nb_actions": NB_ACTIONS, "lstm_units": 8,
-              "dense_units": 8, "burnin": 2, "input_length": 4, "multisteps": 1,
-              "batch_size": 4, "memory_capacity": 64, "seed": 0}
+    kwargs = {
+        "input_shape": (OBS_SIZE,),
+        "nb_actions": NB_ACTIONS,
+        "lstm_units": 8,
+        "dense_units": 8,
+        "burnin": 2,
+        "input_length": 4,
+        "multisteps": 1,
+        "batch_size": 4,
+        "memory_capacity": 64,
+        "seed": 0,
+    }
     return R2D2Config(**(kwargs | changes))
 
 
 def make_sequence(config, rng, reward=None, discount=None):
-    """One random but well-formed sequence shaped by `sequence_spec(config)`."""
-    spec = sequence_spec(config)
+    """One random but well-formed sequence of the config's `SequenceLayout`."""
+    spec = SequenceLayout.from_config(config).field_spec()
     seq = {name: np.zeros(shape, dtype) for name, (shape, dtype) in spec.items()}
     length = config.input_length
     seq["obs"][:] = rng.normal(size=seq["obs"].shape)
@@ -40,11 +49,14 @@ def make_sequence(config, rng, reward=None, discount=None):
     seq["state"][:] = rng.normal(scale=0.3, size=seq["state"].shape)
     seq["actions"][:] = rng.integers(NB_ACTIONS, size=length)
     seq["returns"][:] = rng.normal(size=length) if reward is None else reward
-    seq["bootstrap_discount"][:] = (config.gamma ** config.multisteps if discount is None
-                                    else discount)
+    seq["bootstrap_discount"][:] = config.gamma**config.multisteps if discount is None else discount
     seq["bootstrap_index"][:] = np.arange(length) + config.multisteps
     seq["mask"][:] = 1.0
     return seq
+
+
+def make_learner(config, **kwargs):
+    return R2D2Builder(config).make_learner(**kwargs)
 
 
 def fill(learner, count, seed=0, priority=1.0, **kwargs):
@@ -87,7 +99,7 @@ def weights_equal(a, b, atol=0.0):
 
 
 def test_step_before_warmup_raises_runtime_error():
-    learner = R2D2Learner(tiny_config(lstm_units=0, memory_warmup=5))
+    learner = make_learner(tiny_config(lstm_units=0, memory_warmup=5))
     fill(learner, 4)
     assert not learner.ready
     with pytest.raises(RuntimeError, match="warm-up"):
@@ -95,7 +107,7 @@ def test_step_before_warmup_raises_runtime_error():
 
 
 def test_target_is_copied_only_every_target_update_interval_updates():
-    learner = R2D2Learner(tiny_config(lstm_units=0, target_update_interval=3))
+    learner = make_learner(tiny_config(lstm_units=0, target_update_interval=3))
     fill(learner, 8)
     initial = learner.target.get_weights()
     learner.step()
@@ -109,7 +121,7 @@ def test_target_is_copied_only_every_target_update_interval_updates():
 
 
 def test_step_updates_the_sampled_priorities_in_replay():
-    learner = R2D2Learner(tiny_config(lstm_units=0, batch_size=16))
+    learner = make_learner(tiny_config(lstm_units=0, batch_size=16))
     fill(learner, 16, priority=1.0)
     _, _, before = learner.replay.sample(64)
     assert np.allclose(before, 1.0 / 16)  # all priorities equal before the update
@@ -117,7 +129,6 @@ def test_step_updates_the_sampled_priorities_in_replay():
     _, _, after = learner.replay.sample(64)
     assert not np.allclose(after, 1.0 / 16)
     assert metrics["mean_priority"] != pytest.approx(1.0)
-
 
 
 # Shared LSTM learner ---------------------------------------------------------------------
@@ -130,7 +141,7 @@ class Shared:
     """One traced LSTM learner for several tests; `use` resets it."""
 
     def __init__(self):
-        self.learner = R2D2Learner(SHARED_CONFIG, optimizer=keras.optimizers.SGD(SGD_RATE))
+        self.learner = make_learner(SHARED_CONFIG, optimizer=keras.optimizers.SGD(SGD_RATE))
         self.initial = self.learner.get_weights()
 
     def use(self, replay):
@@ -158,7 +169,7 @@ def random_batch(seed, config=SHARED_CONFIG):
 def test_learner_writes_back_its_td_priorities(shared):
     replay = fixed(random_batch(1))
     metrics = shared.use(replay).step()
-    (indices, priorities), = replay.updates
+    ((indices, priorities),) = replay.updates
     assert list(indices) == [0, 1, 2, 3]
     assert priorities.shape == (4,) and np.all(priorities > 0)
     assert metrics["mean_priority"] == pytest.approx(float(priorities.mean()), rel=1e-6)
@@ -209,14 +220,22 @@ def test_burnin_gets_no_gradient(shared):
     batch = random_batch(4)
     with_burnin = shared.use(fixed(batch))
     b = SHARED_CONFIG.burnin
-    _, (h, c) = with_burnin.online.unroll(batch["obs"][:, :b],
-                                          (batch["state"][:, 0], batch["state"][:, 1]),
-                                          batch["burnin_mask"] > 0.5)
-    no_burnin_batch = dict(batch, obs=batch["obs"][:, b:], burnin_mask=batch["burnin_mask"][:, :0],
-                           state=np.stack([h.numpy(), c.numpy()], axis=1))
-    no_burnin = R2D2Learner(SHARED_CONFIG.replace(burnin=0),
-                            optimizer=keras.optimizers.SGD(SGD_RATE),
-                            replay=fixed(no_burnin_batch))
+    _, (h, c) = with_burnin.online.unroll(
+        batch["obs"][:, :b],
+        (batch["state"][:, 0], batch["state"][:, 1]),
+        batch["burnin_mask"] > 0.5,
+    )
+    no_burnin_batch = dict(
+        batch,
+        obs=batch["obs"][:, b:],
+        burnin_mask=batch["burnin_mask"][:, :0],
+        state=np.stack([h.numpy(), c.numpy()], axis=1),
+    )
+    no_burnin = make_learner(
+        SHARED_CONFIG.replace(burnin=0),
+        optimizer=keras.optimizers.SGD(SGD_RATE),
+        replay=fixed(no_burnin_batch),
+    )
     no_burnin.set_weights(shared.initial)
     loss_a = with_burnin.step()["loss"]
     loss_b = no_burnin.step()["loss"]
@@ -227,7 +246,9 @@ def test_burnin_gets_no_gradient(shared):
 
 def test_learner_fits_constant_rewards(shared):
     """gamma = 0 (bootstrap discount 0), n = 1, every reward 1, no rescaling: Q -> 1."""
-    replay = PrioritizedSequenceReplay(64, sequence_spec(SHARED_CONFIG), 0.9, seed=0)
+    replay = PrioritizedSequenceReplay(
+        64, SequenceLayout.from_config(SHARED_CONFIG).field_spec(), 0.9, seed=0
+    )
     rng = np.random.default_rng(5)
     for _ in range(16):
         replay.add(make_sequence(SHARED_CONFIG, rng, reward=1.0, discount=0.0), 1.0)

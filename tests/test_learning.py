@@ -35,7 +35,11 @@ def test_masked_cartpole_is_solved_with_lstm():
 
 
 def test_masked_cartpole_without_lstm_falls_clearly_short():
-    result = _train(masked_cartpole_config(seed=0, lstm_units=0), make_masked_cartpole,
-                    MASKED_BUDGET, stop_when_solved=False)
+    result = _train(
+        masked_cartpole_config(seed=0, lstm_units=0),
+        make_masked_cartpole,
+        MASKED_BUDGET,
+        stop_when_solved=False,
+    )
     best = max(mean for _, mean in result["evals"])
     assert best < 200, result["evals"]

@@ -24,17 +24,26 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from r2d2_agent.children import R2D2ProcessError, describe_exit
 from r2d2_agent.config import InputType, R2D2Config
-from r2d2_agent.manager import R2D2Manager, TrainResult
+from r2d2_agent.distributed import R2D2Manager, R2D2ProcessError, TrainResult, describe_exit
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
 
 def tiny_config(**overrides) -> R2D2Config:
-    base = dict(input_shape=(4,), nb_actions=2, lstm_units=16, dense_units=16, burnin=2,
-                input_length=4, multisteps=2, batch_size=4, memory_capacity=200,
-                actor_sync_interval=50, seed=0)
+    base = dict(
+        input_shape=(4,),
+        nb_actions=2,
+        lstm_units=16,
+        dense_units=16,
+        burnin=2,
+        input_length=4,
+        multisteps=2,
+        batch_size=4,
+        memory_capacity=200,
+        actor_sync_interval=50,
+        seed=0,
+    )
     return R2D2Config(**{**base, **overrides})
 
 
@@ -43,8 +52,11 @@ NO_TRAINING = dict(memory_warmup=200)  # replay never fills: the learner only re
 
 def my_segments(pid: int | None = None) -> list[str]:
     prefix = f"r2d2_{os.getpid() if pid is None else pid}_"
-    return [n for n in os.listdir("/dev/shm") if n.startswith(prefix)] if os.path.isdir(
-        "/dev/shm") else []
+    return (
+        [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
+        if os.path.isdir("/dev/shm")
+        else []
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -94,17 +106,22 @@ def test_bad_inputs_raise_in_the_parent_before_any_child():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="actor_num"):
             R2D2Manager(CARTPOLE, config, actor_num=bad)
-    with pytest.raises(ValueError, match=r"observation shape \(4,\) does not match "
-                                         r"config.input_shape \(5,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"observation shape \(4,\) does not match "
+        r"config.input_shape \(5,\)",
+    ):
         R2D2Manager(CARTPOLE, config.replace(input_shape=(5,)))
     with pytest.raises(ValueError, match="the env has 2 actions but config.nb_actions is 3"):
         R2D2Manager(CARTPOLE, config.replace(nb_actions=3))
     with pytest.raises(TypeError, match="R2D2Config"):
         R2D2Manager(CARTPOLE, {"input_shape": (4,)})
     with pytest.raises(ValueError, match="use_numpy_policy"):
-        R2D2Manager(CARTPOLE, config.replace(input_shape=(4, 1, 1),
-                                             input_type=InputType.COLOR),
-                    use_numpy_policy=True)
+        R2D2Manager(
+            CARTPOLE,
+            config.replace(input_shape=(4, 1, 1), input_type=InputType.COLOR),
+            use_numpy_policy=True,
+        )
     manager = R2D2Manager(CARTPOLE, config)
     with pytest.raises(ValueError, match="at least one limit"):
         manager.train()
@@ -119,8 +136,9 @@ def test_bad_inputs_raise_in_the_parent_before_any_child():
 def test_two_actors_run_to_nb_steps_and_hand_over_weights():
     hooks = ParentHooks()
     config = tiny_config()
-    manager = R2D2Manager(CARTPOLE, config, actor_num=2, callbacks=[hooks], progress=False,
-                          publish_interval=5)
+    manager = R2D2Manager(
+        CARTPOLE, config, actor_num=2, callbacks=[hooks], progress=False, publish_interval=5
+    )
     seen: list = []
     with manager:
         result = manager.train(nb_steps=800, max_seconds=150, on_progress=seen.append)
@@ -169,8 +187,7 @@ def test_describe_exit():
 
 def test_killed_actor_is_restarted_then_the_run_stops_with_a_clear_error():
     config = tiny_config(**NO_TRAINING)
-    manager = R2D2Manager(CARTPOLE, config, actor_num=1, max_actor_restarts=1,
-                          progress=False)
+    manager = R2D2Manager(CARTPOLE, config, actor_num=1, max_actor_restarts=1, progress=False)
     state: dict = {"kills": []}
 
     def on_progress(p):
@@ -181,9 +198,12 @@ def test_killed_actor_is_restarted_then_the_run_stops_with_a_clear_error():
             state["received_at_kill"] = p.sequences_received
             state["kills"].append((pid, time.monotonic()))
             os.kill(pid, signal.SIGKILL)
-        elif (len(state["kills"]) == 1 and p.actor_restarts == (1,)
-              and pid != state["kills"][0][0]
-              and p.sequences_received >= state["received_at_kill"] + 20):
+        elif (
+            len(state["kills"]) == 1
+            and p.actor_restarts == (1,)
+            and pid != state["kills"][0][0]
+            and p.sequences_received >= state["received_at_kill"] + 20
+        ):
             # the restarted actor's new pipe reaches the learner: data flows again
             state["kills"].append((pid, time.monotonic()))
             os.kill(pid, signal.SIGKILL)
@@ -200,9 +220,14 @@ def test_killed_actor_is_restarted_then_the_run_stops_with_a_clear_error():
 
 
 def test_actor_exception_is_restarted_then_reported_with_its_traceback():
-    manager = R2D2Manager(CARTPOLE, tiny_config(**NO_TRAINING), actor_num=1,
-                          callbacks=[FailingActorCallback(index=0)], max_actor_restarts=1,
-                          progress=False)
+    manager = R2D2Manager(
+        CARTPOLE,
+        tiny_config(**NO_TRAINING),
+        actor_num=1,
+        callbacks=[FailingActorCallback(index=0)],
+        max_actor_restarts=1,
+        progress=False,
+    )
     with pytest.raises(R2D2ProcessError) as info:
         manager.train(max_seconds=120)
     message = str(info.value)
@@ -215,8 +240,13 @@ def test_actor_exception_is_restarted_then_reported_with_its_traceback():
 
 
 def test_learner_exception_stops_the_run_and_is_reraised_with_its_traceback():
-    manager = R2D2Manager(CARTPOLE, tiny_config(**NO_TRAINING), actor_num=1,
-                          callbacks=[FailingLearnerCallback()], progress=False)
+    manager = R2D2Manager(
+        CARTPOLE,
+        tiny_config(**NO_TRAINING),
+        actor_num=1,
+        callbacks=[FailingLearnerCallback()],
+        progress=False,
+    )
     t0 = time.monotonic()
     with pytest.raises(R2D2ProcessError, match="learner failed") as info:
         manager.train(max_seconds=120)
@@ -230,7 +260,7 @@ _SIGINT_SCRIPT = textwrap.dedent("""
     import functools, json, multiprocessing, sys
     import gymnasium as gym
     from r2d2_agent.config import R2D2Config
-    from r2d2_agent.manager import R2D2Manager
+    from r2d2_agent.distributed import R2D2Manager
 
     def main():
         config = R2D2Config(input_shape=(4,), nb_actions=2, lstm_units=16, dense_units=16,
@@ -263,12 +293,17 @@ def test_ctrl_c_stops_gracefully_keeps_weights_and_never_loads_tf_in_the_parent(
     script.write_text(_SIGINT_SCRIPT)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     with open(tmp_path / "stderr.txt", "w") as stderr:
-        proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                                stderr=stderr, text=True, env=env, cwd=tmp_path,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(script)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            start_new_session=True,
+        )
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout],
-                     daemon=True).start()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
 
     def expect(prefix: str, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
@@ -278,10 +313,11 @@ def test_ctrl_c_stops_gracefully_keeps_weights_and_never_loads_tf_in_the_parent(
             except queue.Empty:
                 continue
             if line.startswith(prefix):
-                return json.loads(line[len(prefix):])
+                return json.loads(line[len(prefix) :])
         proc.kill()
-        raise AssertionError(f"no {prefix!r} line; stderr:\n"
-                             f"{(tmp_path / 'stderr.txt').read_text()[-3000:]}")
+        raise AssertionError(
+            f"no {prefix!r} line; stderr:\n{(tmp_path / 'stderr.txt').read_text()[-3000:]}"
+        )
 
     try:
         ready = expect("READY ", 120)

@@ -16,8 +16,8 @@ import pytest
 from r2d2_agent.compat import keras
 from r2d2_agent.config import InputType, R2D2Config
 from r2d2_agent.image_models import DQNImageModel, ImageModel
-from r2d2_agent.networks import R2D2Network
-from r2d2_agent.numpy_net import NumpyNetwork, weight_layout
+from r2d2_agent.networks.keras_net import R2D2Network
+from r2d2_agent.networks.numpy_net import NumpyNetwork, weight_layout
 
 NB_ACTIONS = 3
 UNITS = 8
@@ -46,11 +46,20 @@ class TinyImageModel(ImageModel):
 
 
 def make_config(input_type=InputType.VALUES, lstm=True, dueling=True, **changes):
-    kwargs = {"input_shape": FRAME_SHAPES[input_type], "input_type": input_type,
-              "nb_actions": NB_ACTIONS, "input_sequence": 2,
-              "lstm_units": UNITS if lstm else 0, "dense_units": 8,
-              "enable_dueling": dueling, "burnin": 2, "input_length": 4, "multisteps": 1,
-              "batch_size": 4, "memory_capacity": 64}
+    kwargs = {
+        "input_shape": FRAME_SHAPES[input_type],
+        "input_type": input_type,
+        "nb_actions": NB_ACTIONS,
+        "input_sequence": 2,
+        "lstm_units": UNITS if lstm else 0,
+        "dense_units": 8,
+        "enable_dueling": dueling,
+        "burnin": 2,
+        "input_length": 4,
+        "multisteps": 1,
+        "batch_size": 4,
+        "memory_capacity": 64,
+    }
     return R2D2Config(**(kwargs | changes))
 
 
@@ -83,8 +92,9 @@ def random_state(batch, seed=1):
 def randomize_weights(network, seed=2):
     """Nonzero random weights everywhere (Keras initialises biases to zero)."""
     rng = np.random.default_rng(seed)
-    network.set_weights([rng.normal(scale=0.3, size=w.shape).astype(np.float32)
-                         for w in network.get_weights()])
+    network.set_weights(
+        [rng.normal(scale=0.3, size=w.shape).astype(np.float32) for w in network.get_weights()]
+    )
 
 
 def all_layers(layer):
@@ -118,11 +128,14 @@ def test_dqn_image_model_output_shape_on_36x36_frames():
     assert {"c1", "c2", "c3"} <= {layer.name for layer in all_layers(network.model)}
 
 
-@pytest.mark.parametrize(("input_type", "bad_shape"), [
-    (InputType.GRAY_2ch, (16, 16, 3)),
-    (InputType.GRAY_3ch, (16, 16, 3)),
-    (InputType.COLOR, (16, 16)),
-])
+@pytest.mark.parametrize(
+    ("input_type", "bad_shape"),
+    [
+        (InputType.GRAY_2ch, (16, 16, 3)),
+        (InputType.GRAY_3ch, (16, 16, 3)),
+        (InputType.COLOR, (16, 16)),
+    ],
+)
 def test_frame_shape_not_fitting_input_type_raises_naming_both(input_type, bad_shape):
     with pytest.raises(ValueError) as info:
         R2D2Network(make_config(input_type, input_shape=bad_shape), TinyImageModel())
@@ -140,12 +153,15 @@ def test_dueling_q_minus_its_mean_equals_advantage_minus_its_mean():
     config, network, _ = cached_network()
     randomize_weights(network)
     head = network.head  # the Q head as its own model (features -> Q)
-    probe = keras.Model(head.inputs, [find_layer(head, "value").output,
-                                      find_layer(head, "advantage").output, head.outputs[0]])
+    probe = keras.Model(
+        head.inputs,
+        [find_layer(head, "value").output, find_layer(head, "advantage").output, head.outputs[0]],
+    )
     features = np.random.default_rng(5).normal(size=(2, 3, UNITS)).astype(np.float32)
     value, advantage, q = (np.asarray(x) for x in probe(features))
-    np.testing.assert_allclose(q - q.mean(-1, keepdims=True),
-                               advantage - advantage.mean(-1, keepdims=True), atol=1e-5)
+    np.testing.assert_allclose(
+        q - q.mean(-1, keepdims=True), advantage - advantage.mean(-1, keepdims=True), atol=1e-5
+    )
     np.testing.assert_allclose(q.mean(-1, keepdims=True), value, atol=1e-5)
 
 
@@ -165,14 +181,18 @@ def test_dueling_q_is_unchanged_by_a_constant_added_to_the_advantage_bias():
 def test_weight_layout_matches_keras_weights(lstm, dueling):
     config, network, _ = cached_network(lstm=lstm, dueling=dueling)
     model = network.model
-    keras_layout = [(w.name.split(":")[0].replace("lstm_cell/", ""), tuple(w.shape))
-                    for w in model.weights]
+    keras_layout = [
+        (w.name.split(":")[0].replace("lstm_cell/", ""), tuple(w.shape)) for w in model.weights
+    ]
     assert weight_layout(config) == keras_layout
     assert [tuple(w.shape) for w in model.get_weights()] == [s for _, s in keras_layout]
 
 
-@pytest.mark.parametrize(("lstm", "dueling"), [(True, True), (True, False), (False, True)],
-                         ids=["lstm_dueling", "lstm_plain", "no_lstm_dueling"])
+@pytest.mark.parametrize(
+    ("lstm", "dueling"),
+    [(True, True), (True, False), (False, True)],
+    ids=["lstm_dueling", "lstm_plain", "no_lstm_dueling"],
+)
 def test_numpy_step_by_step_equals_keras_unroll(lstm, dueling):
     config, network, _ = cached_network(lstm=lstm, dueling=dueling)
     randomize_weights(network)
@@ -219,8 +239,9 @@ def test_all_masked_steps_return_the_initial_state():
     config, network, _ = cached_network()
     randomize_weights(network)
     state = random_state(2)
-    _, (h, c) = network.unroll(random_obs(config, 2, 3), (state[:, 0], state[:, 1]),
-                               np.zeros((2, 3), bool))
+    _, (h, c) = network.unroll(
+        random_obs(config, 2, 3), (state[:, 0], state[:, 1]), np.zeros((2, 3), bool)
+    )
     np.testing.assert_allclose(h.numpy(), state[:, 0], atol=1e-6)
     np.testing.assert_allclose(c.numpy(), state[:, 1], atol=1e-6)
 

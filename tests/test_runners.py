@@ -13,20 +13,33 @@ import gymnasium as gym
 import numpy as np
 
 from r2d2_agent.config import R2D2Config
-from r2d2_agent.numpy_net import NumpyNetwork, weight_layout
-from r2d2_agent.runners import ActorRunner, LearnerRunner
-from r2d2_agent.transport import (
+from r2d2_agent.distributed.actor_runner import ActorRunner
+from r2d2_agent.distributed.interfaces import (
     ExperienceReceiver,
     ExperienceSender,
     WeightsPublisher,
     WeightsSubscriber,
 )
+from r2d2_agent.distributed.learner_runner import LearnerRunner
+from r2d2_agent.distributed.messages import Experience
+from r2d2_agent.networks.numpy_net import weight_layout
+from r2d2_agent.roles import R2D2Builder
 
 
 def tiny_config(**overrides) -> R2D2Config:
-    base = dict(input_shape=(4,), nb_actions=2, lstm_units=8, dense_units=8, burnin=2,
-                input_length=4, multisteps=2, batch_size=4, memory_capacity=200,
-                actor_sync_interval=10, seed=0)
+    base = dict(
+        input_shape=(4,),
+        nb_actions=2,
+        lstm_units=8,
+        dense_units=8,
+        burnin=2,
+        input_length=4,
+        multisteps=2,
+        batch_size=4,
+        memory_capacity=200,
+        actor_sync_interval=10,
+        seed=0,
+    )
     return R2D2Config(**{**base, **overrides})
 
 
@@ -133,17 +146,26 @@ def test_actor_runner_sends_sequences_with_step_counts_and_pulls_weights():
         def on_episode(self, episode_return, episode_steps):
             episodes.append((episode_return, episode_steps))
 
-    runner = ActorRunner(0, config, env, NumpyNetwork(config), sender, subscriber,
-                         epsilon=0.5, seed=3, send_batch_size=3, progress=Progress(),
-                         callbacks=[hooks])
+    runner = ActorRunner(
+        0,
+        R2D2Builder(config),
+        env,
+        sender,
+        subscriber,
+        epsilon=0.5,
+        seed=3,
+        send_batch_size=3,
+        progress=Progress(),
+        callbacks=[hooks],
+    )
     runner.run(lambda: runner.steps >= 205)
     env.close()
     items = [item for batch in sender.batches for item in batch]
     assert runner.steps == Progress.steps == 205
     assert hooks.calls == ["on_r2d2_actor_begin", "on_r2d2_actor_end"]
-    assert 0 < sum(steps for _, _, steps in items) <= 205  # every step counted once
+    assert 0 < sum(item.env_steps for item in items) <= 205  # every step counted once
     assert runner.items_sent == len(items) > 0
-    sequence, priority, _ = items[0]
+    sequence, priority = items[0].sequence, items[0].priority
     assert sequence["obs"].shape == (config.sequence_length, 1, 4)
     assert sequence["state"].shape == (2, config.lstm_units)
     assert np.isfinite(priority) and priority >= 0
@@ -156,9 +178,16 @@ def test_actor_runner_sends_sequences_with_step_counts_and_pulls_weights():
 def test_actor_runner_stops_when_sender_refuses():
     config = tiny_config()
     env = gym.make("CartPole-v1")
-    runner = ActorRunner(0, config, env, NumpyNetwork(config), ListSender(accept=False),
-                         CountingSubscriber(random_weights(config)), epsilon=1.0, seed=0,
-                         send_batch_size=1)
+    runner = ActorRunner(
+        0,
+        R2D2Builder(config),
+        env,
+        ListSender(accept=False),
+        CountingSubscriber(random_weights(config)),
+        epsilon=1.0,
+        seed=0,
+        send_batch_size=1,
+    )
     runner.run(lambda: False)  # would never stop by itself
     env.close()
     assert 0 < runner.steps < 100
@@ -168,21 +197,29 @@ def test_actor_runner_without_weights_never_acts():
     config = tiny_config()
     subscriber = CountingSubscriber(random_weights(config), empty_pulls=10**9)
     calls = []
-    runner = ActorRunner(0, config, gym.make("CartPole-v1"), NumpyNetwork(config), ListSender(),
-                         subscriber, epsilon=0.0)
+    runner = ActorRunner(
+        0, R2D2Builder(config), gym.make("CartPole-v1"), ListSender(), subscriber, epsilon=0.0
+    )
     runner.run(lambda: calls.append(1) or len(calls) > 3)
     assert runner.steps == 0 and subscriber.pulls >= 3
 
 
 # ----------------------------------------------------------------- learner loop -----
 def items(n: int, env_steps: int = 4) -> list:
-    return [({"i": i}, 1.0, env_steps) for i in range(n)]
+    return [Experience({"i": i}, 1.0, env_steps) for i in range(n)]
 
 
 def test_learner_runner_stops_at_nb_trains_and_publishes():
     learner, publisher, hooks = FakeLearner(), ListPublisher(), HookRecorder()
-    runner = LearnerRunner(learner, ListReceiver(items(100)), publisher, publish_interval=4,
-                           nb_trains=10, callbacks=[hooks], receive_timeout=0.0)
+    runner = LearnerRunner(
+        learner,
+        ListReceiver(items(100)),
+        publisher,
+        publish_interval=4,
+        nb_trains=10,
+        callbacks=[hooks],
+        receive_timeout=0.0,
+    )
     runner.run(lambda: False)
     assert runner.updates == learner.updates == 10
     # initial, every 4 updates (4, 8), final (10)
@@ -195,9 +232,15 @@ def test_learner_runner_stops_at_nb_trains_and_publishes():
 def test_learner_runner_rate_limit_waits_for_data():
     # 10 items x 4 env steps at 4 env steps per update: 10 updates earned after warm-up.
     learner = FakeLearner(warmup=2)
-    runner = LearnerRunner(learner, ListReceiver(items(10)), ListPublisher(),
-                           env_steps_per_update=4, ratio_tolerance=2, receive_batch=2,
-                           receive_timeout=0.0)
+    runner = LearnerRunner(
+        learner,
+        ListReceiver(items(10)),
+        ListPublisher(),
+        env_steps_per_update=4,
+        ratio_tolerance=2,
+        receive_batch=2,
+        receive_timeout=0.0,
+    )
     iterations = []
     runner.run(lambda: iterations.append(1) or len(iterations) > 500)
     # warm-up consumed 2 items (8 steps) before the reference point: the other 8 items
@@ -208,13 +251,20 @@ def test_learner_runner_rate_limit_waits_for_data():
 
 def test_learner_runner_rate_limit_pushes_back_when_behind():
     receiver = ListReceiver(items(10_000))
-    runner = LearnerRunner(FakeLearner(), receiver, ListPublisher(), env_steps_per_update=1,
-                           ratio_tolerance=5, receive_batch=10, receive_timeout=0.0)
+    runner = LearnerRunner(
+        FakeLearner(),
+        receiver,
+        ListPublisher(),
+        env_steps_per_update=1,
+        ratio_tolerance=5,
+        receive_batch=10,
+        receive_timeout=0.0,
+    )
     drifts = []
 
     class Progress:
         def on_learner_progress(self, r):
-            drifts.append(r._drift())
+            drifts.append(r.rate.drift(r.updates, r.env_steps_received))
 
     runner.progress = Progress()
     iterations = []
@@ -227,8 +277,13 @@ def test_learner_runner_rate_limit_pushes_back_when_behind():
 
 
 def test_learner_runner_without_rate_limit_trains_every_iteration():
-    runner = LearnerRunner(FakeLearner(), ListReceiver(items(50)), ListPublisher(),
-                           receive_batch=5, receive_timeout=0.0)
+    runner = LearnerRunner(
+        FakeLearner(),
+        ListReceiver(items(50)),
+        ListPublisher(),
+        receive_batch=5,
+        receive_timeout=0.0,
+    )
     iterations = []
     runner.run(lambda: iterations.append(1) or len(iterations) > 100)
     assert runner.sequences_received == 50

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from r2d2_agent.targets import (
+from r2d2_agent.math import (
     RESCALE_EPS,
     apex_epsilon,
     importance_weights,
@@ -22,8 +22,14 @@ from r2d2_agent.targets import (
     td_errors,
 )
 
-GRID = np.concatenate([np.linspace(-1e4, 1e4, 20001), np.linspace(-2.0, 2.0, 4001),
-                       np.geomspace(1e-12, 1e4, 500), -np.geomspace(1e-12, 1e4, 500)])
+GRID = np.concatenate(
+    [
+        np.linspace(-1e4, 1e4, 20001),
+        np.linspace(-2.0, 2.0, 4001),
+        np.geomspace(1e-12, 1e4, 500),
+        -np.geomspace(1e-12, 1e4, 500),
+    ]
+)
 FINITE = st.floats(-1e4, 1e4, allow_nan=False, allow_infinity=False)
 
 
@@ -91,10 +97,18 @@ def _reference_returns(rewards, terminated, gamma, n):
 @pytest.mark.parametrize(
     ("size", "terminated", "truncated", "n"),
     [
-        (1, True, False, 3), (2, True, False, 3), (5, True, False, 3), (9, True, False, 3),
-        (7, False, True, 3), (7, True, True, 3), (7, False, False, 3),
-        (4, True, False, 10), (4, False, True, 10),
-        (6, True, False, 1), (6, False, True, 1), (0, True, False, 2),
+        (1, True, False, 3),
+        (2, True, False, 3),
+        (5, True, False, 3),
+        (9, True, False, 3),
+        (7, False, True, 3),
+        (7, True, True, 3),
+        (7, False, False, 3),
+        (4, True, False, 10),
+        (4, False, True, 10),
+        (6, True, False, 1),
+        (6, False, True, 1),
+        (0, True, False, 2),
     ],
 )
 def test_n_step_returns_matches_brute_force(size, terminated, truncated, n):
@@ -116,9 +130,14 @@ def test_n_step_returns_hand_values():
     np.testing.assert_allclose(d, [0.25, 0.25, 0.5])
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [
-    ({"rewards": np.zeros((2, 2))}, "rewards"), ({"gamma": 1.5}, "gamma"), ({"n": 0}, "n"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"rewards": np.zeros((2, 2))}, "rewards"),
+        ({"gamma": 1.5}, "gamma"),
+        ({"n": 0}, "n"),
+    ],
+)
 def test_n_step_returns_rejects_bad_arguments(kwargs, name):
     args = {"rewards": np.zeros(3), "terminated": True, "truncated": False, "gamma": 0.9, "n": 2}
     with pytest.raises(ValueError, match=name):
@@ -136,8 +155,7 @@ def test_n_step_targets_double_q_without_rescaling():
 
 
 def test_n_step_targets_max_without_rescaling():
-    y = n_step_targets([1.0, 2.0], [0.5, 0.25], Q_ONLINE, Q_TARGET, double_q=False,
-                       rescaling=False)
+    y = n_step_targets([1.0, 2.0], [0.5, 0.25], Q_ONLINE, Q_TARGET, double_q=False, rescaling=False)
     np.testing.assert_allclose(y, [1.0 + 0.5 * 4.0, 2.0 + 0.25 * 6.0])
 
 
@@ -205,7 +223,7 @@ def test_apex_epsilon_values():
     assert math.isclose(apex_epsilon(1, 3, epsilon=0.5, alpha=2.0), 0.25)
 
 
-@pytest.mark.parametrize(("index", "num_actors"), [(-1, 4), (4, 4), (0, 0)])
-def test_apex_epsilon_rejects_bad_index(index, num_actors):
-    with pytest.raises(ValueError, match="index|num_actors"):
-        apex_epsilon(index, num_actors)
+@pytest.mark.parametrize(("index", "nb_actors"), [(-1, 4), (4, 4), (0, 0)])
+def test_apex_epsilon_rejects_bad_index(index, nb_actors):
+    with pytest.raises(ValueError, match="index|nb_actors"):
+        apex_epsilon(index, nb_actors)

@@ -1,7 +1,8 @@
 """Tests of the multiprocessing implementations of the transport interfaces.
 
-The shared-memory weights channel of `r2d2_agent.transport`, and the per-actor experience
-pipes, stop flag and run counters of `r2d2_agent.channels`.
+The shared-memory weights channel (`r2d2_agent.distributed.mp.weights_channel`), the
+per-actor experience pipes (`...mp.pipes`), the stop flag and run counters
+(`...mp.shared_state`).
 """
 
 from __future__ import annotations
@@ -17,21 +18,20 @@ import time
 import numpy as np
 import pytest
 
-from r2d2_agent.channels import (
-    PipeExperienceReceiver,
-    PipeExperienceSender,
-    RunCounters,
-    SharedFlag,
-)
-from r2d2_agent.transport import (
+from r2d2_agent.distributed.interfaces import (
     ExperienceReceiver,
     ExperienceSender,
-    SharedWeightsPublisher,
-    SharedWeightsSubscriber,
     WeightsPublisher,
     WeightsSubscriber,
 )
-from r2d2_agent.weights import WeightsSpec
+from r2d2_agent.distributed.messages import ConnectActor, Experience
+from r2d2_agent.distributed.mp.pipes import PipeExperienceReceiver, PipeExperienceSender
+from r2d2_agent.distributed.mp.shared_state import RunCounters, SharedFlag
+from r2d2_agent.distributed.mp.shared_weights import WeightsSpec
+from r2d2_agent.distributed.mp.weights_channel import (
+    SharedWeightsPublisher,
+    SharedWeightsSubscriber,
+)
 
 PREFIX = "r2d2t"
 CTX = multiprocessing.get_context("spawn")
@@ -51,7 +51,7 @@ def _no_leaks():
 def test_subscriber_pulls_only_newer_weights():
     arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(4, np.float64)]
     publisher = SharedWeightsPublisher(WeightsSpec.from_arrays(arrays), name_prefix=PREFIX)
-    subscriber = publisher.subscriber_handle.make_subscriber()
+    subscriber = SharedWeightsSubscriber(publisher.handle)
     try:
         assert subscriber.pull_if_newer() is None and subscriber.version == 0
         assert publisher.publish(arrays) == 1
@@ -69,7 +69,7 @@ def test_subscriber_pulls_only_newer_weights():
 def test_subscriber_reuse_buffers_returns_same_arrays():
     arrays = [np.zeros(3, np.float32)]
     publisher = SharedWeightsPublisher(WeightsSpec.from_arrays(arrays), name_prefix=PREFIX)
-    subscriber = SharedWeightsSubscriber(publisher.subscriber_handle.weights, reuse_buffers=True)
+    subscriber = SharedWeightsSubscriber(publisher.handle, reuse_buffers=True)
     try:
         publisher.publish([np.full(3, 1, np.float32)])
         first = subscriber.pull_if_newer()
@@ -86,8 +86,8 @@ def test_weights_handle_is_picklable_and_rebuilds_subscriber():
     publisher = SharedWeightsPublisher(WeightsSpec.from_arrays(arrays), name_prefix=PREFIX)
     try:
         publisher.publish(arrays)
-        handle = pickle.loads(pickle.dumps(publisher.subscriber_handle))
-        subscriber = handle.make_subscriber()
+        handle = pickle.loads(pickle.dumps(publisher.handle))
+        subscriber = SharedWeightsSubscriber(handle)
         assert (subscriber.pull_if_newer()[0] == 5).all()
         subscriber.close()
     finally:
@@ -99,7 +99,7 @@ def test_mp_implementations_satisfy_the_interfaces():
     sender, receiver = PipeExperienceSender(w, SharedFlag(CTX)), PipeExperienceReceiver()
     assert isinstance(sender, ExperienceSender) and isinstance(receiver, ExperienceReceiver)
     publisher = SharedWeightsPublisher(WeightsSpec.from_arrays([np.zeros(1)]), name_prefix=PREFIX)
-    subscriber = publisher.subscriber_handle.make_subscriber()
+    subscriber = SharedWeightsSubscriber(publisher.handle)
     assert isinstance(publisher, WeightsPublisher) and isinstance(subscriber, WeightsSubscriber)
     subscriber.close()
     publisher.close()
@@ -178,13 +178,15 @@ def test_pipe_receiver_takes_new_pipes_from_the_control_pipe():
     control_r, control_w = CTX.Pipe(duplex=False)
     receiver = PipeExperienceReceiver(control=control_r)
     r, w = CTX.Pipe(duplex=False)
-    control_w.send(("connect", 0, r))  # transfers the connection, as to another process
+    control_w.send(ConnectActor(0, r))  # transfers the connection, as to another process
     r.close()
-    w.send_bytes(pickle.dumps([("seq", 1.0, 4)]))
+    item = Experience({"obs": np.zeros(2)}, 1.0, 4)
+    w.send_bytes(pickle.dumps([item]))
     got, t0 = [], time.monotonic()
     while not got and time.monotonic() - t0 < 5:
         got += receiver.receive(10, timeout=0.5)
-    assert got == [("seq", 1.0, 4)] and receiver.connections == 1
+    assert len(got) == 1 and receiver.connections == 1
+    assert (got[0].priority, got[0].env_steps) == (1.0, 4)
     control_w.close()  # the manager is gone: the learner must notice
     with pytest.raises(RuntimeError, match="manager gone"):
         receiver.receive(10, timeout=0.5)
@@ -193,12 +195,27 @@ def test_pipe_receiver_takes_new_pipes_from_the_control_pipe():
     control_r.close()
 
 
-def test_counters_and_flag():
-    counters, flag = RunCounters(CTX, 3), SharedFlag(CTX)
-    counters.actor_steps[0], counters.actor_steps[2] = 5, 7
+def test_counters_sum_actor_steps():
+    counters = RunCounters(CTX, 3)
+    counters.set_actor_steps(0, 5)
+    counters.set_actor_steps(2, 7)
     assert counters.total_steps() == 12
-    counters.learner[0] = 9
+    assert counters.all_actor_steps() == [5, 0, 7]
+
+
+def test_counters_keep_learner_fields_by_name():
+    counters = RunCounters(CTX, 1)
+    counters.set_learner(updates=9, version=2, loss=0.5)
     assert counters.learner_value("updates") == 9
+    assert counters.learner_value("version") == 2
+    assert counters.learner_value("sequences") == 0
+    assert counters.loss == 0.5
+    with pytest.raises(KeyError, match="not a learner counter"):
+        counters.set_learner(update=1)
+
+
+def test_stop_flag_is_raised_once_set():
+    flag = SharedFlag(CTX)
     assert not flag.is_set()
     flag.set()
     assert flag.is_set()

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from r2d2_agent.weights import SharedWeights, SharedWeightsHandle, WeightsSpec
+from r2d2_agent.distributed.mp.shared_weights import SharedWeights, SharedWeightsHandle, WeightsSpec
 
 PREFIX = "r2d2t"  # segments made by these tests: /dev/shm/r2d2t_<pid>_<hex>
 HAS_DEV_SHM = os.path.isdir("/dev/shm")
@@ -161,7 +161,7 @@ def test_dropped_owner_is_unlinked_by_finalizer():
 
 _EXIT_WITHOUT_UNLINK = """
 import numpy as np
-from r2d2_agent.weights import SharedWeights, WeightsSpec
+from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
 KEEP = SharedWeights.create(WeightsSpec.from_arrays([np.ones(3)]), name_prefix="r2d2t")
 KEEP.publish([np.ones(3)])
 print(KEEP.name)
@@ -171,8 +171,9 @@ print(KEEP.name)
 @needs_dev_shm
 def test_owner_exiting_without_unlink_is_cleaned_at_exit():
     """The weakref.finalize safety net unlinks at interpreter exit, without tracker noise."""
-    res = subprocess.run([sys.executable, "-c", _EXIT_WITHOUT_UNLINK], capture_output=True,
-                         timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", _EXIT_WITHOUT_UNLINK], capture_output=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr.decode()
     assert res.stderr.decode() == ""
     assert not _shm_exists(res.stdout.decode().strip())
@@ -202,8 +203,9 @@ def test_dropped_reader_closes_without_unraisable_error(monkeypatch):
     assert errors == []
 
 
-def _torn_read_writer(handle: SharedWeightsHandle, seconds: float,
-                      min_publishes: int = 200) -> None:
+def _torn_read_writer(
+    handle: SharedWeightsHandle, seconds: float, min_publishes: int = 200
+) -> None:
     """Spawn child: publishes arrays all filled with the version they will get, for
     `seconds` and at least `min_publishes` times (so a loaded machine still overlaps
     reads and writes)."""
@@ -236,8 +238,10 @@ def test_no_torn_reads():
                 version, got = sw.read(out=out, timeout=5.0)
                 for i, a in enumerate(got):
                     if (a != version).any():
-                        pytest.fail(f"torn read: version {version} but array {i} holds "
-                                    f"values {np.unique(a)[:5]}")
+                        pytest.fail(
+                            f"torn read: version {version} but array {i} holds "
+                            f"values {np.unique(a)[:5]}"
+                        )
                 reads += 1
                 versions.add(version)
         finally:
@@ -251,7 +255,7 @@ def test_no_torn_reads():
 
 _ATTACH_CHILD = """
 import pickle, sys
-from r2d2_agent.weights import SharedWeights
+from r2d2_agent.distributed.mp.shared_weights import SharedWeights
 with SharedWeights.attach(pickle.loads(sys.stdin.buffer.read())) as w:
     version, arrays = w.read()
 print(version, float(arrays[1].sum()))
@@ -263,8 +267,12 @@ def test_foreign_process_attach_neither_unlinks_nor_warns():
     """A process with its own resource tracker (plain subprocess) attaches, reads, exits."""
     with SharedWeights.create(WeightsSpec.from_arrays(_arrays()), name_prefix=PREFIX) as sw:
         sw.publish(_arrays(2.0))
-        res = subprocess.run([sys.executable, "-c", _ATTACH_CHILD], input=pickle.dumps(sw.handle),
-                             capture_output=True, timeout=120)
+        res = subprocess.run(
+            [sys.executable, "-c", _ATTACH_CHILD],
+            input=pickle.dumps(sw.handle),
+            capture_output=True,
+            timeout=120,
+        )
         assert res.returncode == 0, res.stderr.decode()
         assert res.stdout.decode().split() == ["1", "10.0"]
         assert res.stderr.decode() == ""
@@ -274,7 +282,7 @@ def test_foreign_process_attach_neither_unlinks_nor_warns():
 
 _SPAWN_SCRIPT = """
 import multiprocessing, os, sys
-from r2d2_agent.weights import SharedWeights, WeightsSpec
+from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
 import numpy as np
 
 def child(handle):

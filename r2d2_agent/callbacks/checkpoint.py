@@ -25,8 +25,13 @@ class CheckpointCallback(R2D2Callback):
         save_at_end: also save when training ends.
     """
 
-    def __init__(self, filepath: str, interval: int = 10_000, load_path: str | None = None,
-                 save_at_end: bool = True) -> None:
+    def __init__(
+        self,
+        filepath: str,
+        interval: int = 10_000,
+        load_path: str | None = None,
+        save_at_end: bool = True,
+    ) -> None:
         super().__init__()
         if interval < 1:
             raise ValueError(f"interval must be >= 1, got {interval!r}")
@@ -37,7 +42,7 @@ class CheckpointCallback(R2D2Callback):
         self.saves = 0
 
     def _save(self, keras_model: Any) -> None:
-        from r2d2_agent.agent import save_weights_atomic
+        from r2d2_agent.networks.weights_io import save_weights_atomic
 
         save_weights_atomic(keras_model, self.filepath, overwrite=True)
         self.saves += 1

@@ -56,17 +56,29 @@ class TensorBoardCallback(R2D2Callback):
         if agent.step % self.interval == 0 and agent.learner.last_metrics:
             m = agent.learner.last_metrics
             sps = self._steps / max(time.perf_counter() - self._t0, 1e-9)
-            self._scalars("agent", agent.step, {
-                "losses/td_loss": m["loss"], "losses/q_values": m["mean_q"],
-                "losses/priority": m["mean_priority"], "charts/SPS": sps,
-                "charts/epsilon": agent.actor.epsilon})
+            self._scalars(
+                "agent",
+                agent.step,
+                {
+                    "losses/td_loss": m["loss"],
+                    "losses/q_values": m["mean_q"],
+                    "losses/priority": m["mean_priority"],
+                    "charts/SPS": sps,
+                    "charts/epsilon": agent.actor.epsilon,
+                },
+            )
 
     def on_episode_end(self, episode: int, logs: dict | None = None) -> None:
         agent = self.model
         if logs and getattr(agent, "training", False):
-            self._scalars("agent", agent.step, {
-                "charts/episodic_return": logs["episode_reward"],
-                "charts/episodic_length": logs["nb_episode_steps"]})
+            self._scalars(
+                "agent",
+                agent.step,
+                {
+                    "charts/episodic_return": logs["episode_reward"],
+                    "charts/episodic_length": logs["nb_episode_steps"],
+                },
+            )
 
     def on_train_end(self, logs: dict | None = None) -> None:
         if self._writer is not None:
@@ -76,9 +88,15 @@ class TensorBoardCallback(R2D2Callback):
     def on_r2d2_learner_train_end(self, learner: Any) -> None:
         if learner.updates % self.interval == 0 and learner.last_metrics:
             m = learner.last_metrics
-            self._scalars("learner", learner.updates, {
-                "losses/td_loss": m["loss"], "losses/q_values": m["mean_q"],
-                "losses/priority": m["mean_priority"]})
+            self._scalars(
+                "learner",
+                learner.updates,
+                {
+                    "losses/td_loss": m["loss"],
+                    "losses/q_values": m["mean_q"],
+                    "losses/priority": m["mean_priority"],
+                },
+            )
 
     def on_r2d2_learner_end(self, learner: Any) -> None:
         if self._writer is not None:

@@ -49,11 +49,15 @@ class DQNImageModel(ImageModel):
         from r2d2_agent.compat import keras
 
         conv = keras.layers.Conv2D
-        return _conv_stack(c, enable_lstm, [
-            conv(32, (8, 8), strides=(4, 4), padding="valid", activation="relu", name="c1"),
-            conv(64, (4, 4), strides=(2, 2), padding="valid", activation="relu", name="c2"),
-            conv(64, (3, 3), strides=(1, 1), padding="valid", activation="relu", name="c3"),
-        ])
+        return _conv_stack(
+            c,
+            enable_lstm,
+            [
+                conv(32, (8, 8), strides=(4, 4), padding="valid", activation="relu", name="c1"),
+                conv(64, (4, 4), strides=(2, 2), padding="valid", activation="relu", name="c2"),
+                conv(64, (3, 3), strides=(1, 1), padding="valid", activation="relu", name="c3"),
+            ],
+        )
 
 
 class R2D3ImageModel(ImageModel):
@@ -62,7 +66,7 @@ class R2D3ImageModel(ImageModel):
 
     def __init__(self, channels: tuple[int, ...] = (16, 32, 32)) -> None:
         """Args:
-            channels: output channels of each stage.
+        channels: output channels of each stage.
         """
         self.channels = tuple(int(ch) for ch in channels)
 

@@ -1,0 +1,175 @@
+"""`ActorRunner`: one actor's loop, written against the transport interfaces only.
+
+The runner acts through the one `EpisodeLoop`, observing it: it gathers the adder's
+sequences into `Experience` items and sends them through an `ExperienceSender`, and pulls
+weights from a `WeightsSubscriber` every `actor_sync_interval` env steps. It does not know
+whether the learner runs in the same process, another one, or on another machine. No
+TensorFlow import here (a numpy policy keeps the whole actor process free of it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from r2d2_agent.distributed.hooks import call_hooks
+from r2d2_agent.distributed.interfaces import ExperienceSender, WeightsSubscriber
+from r2d2_agent.distributed.messages import Experience
+from r2d2_agent.roles.builder import R2D2Builder
+from r2d2_agent.roles.episode_loop import EpisodeLoop, EpisodeObserver, EpisodeResult, Transition
+
+__all__ = ["ActorProgress", "ActorRunner"]
+
+
+class ActorProgress(Protocol):
+    """Where an actor reports progress."""
+
+    def on_steps(self, total_steps: int) -> None:
+        """After every env step, with the actor's total."""
+        ...
+
+    def on_episode(self, episode_return: float, episode_steps: int) -> None:
+        """After every finished episode."""
+        ...
+
+
+class ActorRunner(EpisodeObserver):
+    """One actor: epsilon-greedy steps in its env, sequences out, weights in.
+
+    The actor carries its recurrent state across steps (reset at each episode start); its
+    adder stores that state with every sequence and computes initial priorities.
+
+    Args:
+        index: The actor's index (passed to callbacks).
+        builder: Makes the actor's policy, adder and actor.
+        env: A Gymnasium environment, owned by the caller.
+        sender: Where experience goes.
+        subscriber: Where weights come from; pulled every `config.actor_sync_interval`
+            env steps.
+        epsilon: Exploration rate (e.g. its Ape-X epsilon_i).
+        seed: Seeds the env's first reset, its action space and the actor's exploration.
+        send_batch_size: Items gathered before one `send` (also sent at episode ends).
+        progress: Optional progress sink.
+        callbacks: Callbacks whose `on_r2d2_actor_begin`/`_end` hooks run here.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        builder: R2D2Builder,
+        env: Any,
+        sender: ExperienceSender,
+        subscriber: WeightsSubscriber,
+        *,
+        epsilon: float,
+        seed: int | None = None,
+        send_batch_size: int = 4,
+        progress: ActorProgress | None = None,
+        callbacks: Sequence[Any] = (),
+    ) -> None:
+        self.index = index
+        self.config = builder.config
+        self.env = env
+        self.sender = sender
+        self.subscriber = subscriber
+        self.seed = seed
+        self.send_batch_size = send_batch_size
+        self.progress = progress
+        self.callbacks = tuple(callbacks)
+        adder = builder.make_adder(self._collect)
+        self.actor = builder.make_actor(builder.make_policy(), adder, epsilon, seed)
+        self.steps = 0
+        """Env steps taken."""
+        self.episodes = 0
+        """Episodes finished."""
+        self.items_sent = 0
+        """Experience items the sender accepted."""
+        self.weight_pulls = 0
+        """Weight sets taken from the subscriber."""
+        self._pending: list[Experience] = []
+        self._steps_unsent = 0
+        self._steps_since_sync = 0
+        self._refused = False  # the sender refused: the run is stopping
+
+    @property
+    def policy(self) -> Any:
+        """The acting network."""
+        return self.actor.policy
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        """Acts until `should_stop()` is true (checked before every env step).
+
+        The first env step waits for the first published weights. The end hook runs when
+        the loop ends normally (stop or budget), not when it raises.
+        """
+        call_hooks(self.callbacks, "on_r2d2_actor_begin", self.index, self)
+        if self._wait_for_first_weights(should_stop):
+            loop = EpisodeLoop(self.env, self.actor, observers=[self], seed=self.seed)
+            loop.run(should_stop=should_stop)
+            if not self._refused:
+                self._flush()
+        call_hooks(self.callbacks, "on_r2d2_actor_end", self.index, self)
+
+    # EpisodeObserver hooks -----------------------------------------------------------
+
+    def on_step_begin(self, episode_step: int) -> None:
+        if self._steps_since_sync >= self.config.actor_sync_interval:
+            self._pull_weights()
+            self._steps_since_sync = 0
+
+    def on_step_end(self, episode_step: int, transition: Transition) -> None:
+        self.steps += 1
+        self._steps_unsent += 1
+        self._steps_since_sync += 1
+        if self.progress is not None:
+            self.progress.on_steps(self.steps)
+        if not transition.done and len(self._pending) >= self.send_batch_size:
+            self._flush()
+
+    def on_episode_end(self, result: EpisodeResult) -> None:
+        self.episodes += 1
+        if self.progress is not None:
+            self.progress.on_episode(result.episode_return, result.episode_steps)
+        self._flush()
+
+    def should_stop(self) -> bool:
+        return self._refused
+
+    # Experience out, weights in ------------------------------------------------------
+
+    def _collect(self, sequence: dict[str, np.ndarray], priority: float) -> None:
+        self._pending.append(Experience(sequence, float(priority), self._steps_unsent))
+        self._steps_unsent = 0
+
+    def _flush(self) -> None:
+        """Sends the pending items; a refusal (the run is stopping) ends the loop."""
+        if not self._pending:
+            return
+        items = self._pending
+        self._pending = []
+        if self.sender.send(items):
+            self.items_sent += len(items)
+        else:
+            self._refused = True
+
+    def _pull_weights(self) -> bool:
+        """Takes newer weights if any; returns whether it did."""
+        weights = self.subscriber.pull_if_newer()
+        if weights is None:
+            return False
+        self.actor.set_weights(weights)
+        self.weight_pulls += 1
+        return True
+
+    def _wait_for_first_weights(self, should_stop: Callable[[], bool]) -> bool:
+        """Waits for the first published weights; False if the run stops first."""
+        while not self._pull_weights():
+            if self.subscriber.version > 0:  # taken before this call
+                return True
+            if should_stop():
+                return False
+            time.sleep(0.01)
+        return True

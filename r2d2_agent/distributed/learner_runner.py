@@ -1,0 +1,173 @@
+"""`LearnerRunner`: the learner's loop, written against the transport interfaces only.
+
+Each iteration drains experience into replay (waiting only when it cannot train), does at
+most one update and publishes the online weights every `publish_interval` updates. A
+`RateLimiter` keeps learning and acting in a fixed ratio. The runner does not know whether
+its actors run in the same process, other processes or other machines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from r2d2_agent.distributed.hooks import call_hooks
+from r2d2_agent.distributed.interfaces import ExperienceReceiver, WeightsPublisher
+from r2d2_agent.distributed.messages import Experience
+
+__all__ = ["LearnerProgress", "LearnerRunner", "RateLimiter"]
+
+
+class LearnerProgress(Protocol):
+    """Where a learner reports progress, after every loop iteration."""
+
+    def on_learner_progress(self, runner: LearnerRunner) -> None:
+        """Reads the runner's counters."""
+        ...
+
+
+class RateLimiter:
+    """Keeps learner updates and received env steps in a fixed ratio (as Reverb's
+    sample-to-insert limiter).
+
+    Counting from the moment replay first holds enough sequences to train, the learner
+    keeps `updates ~ env_steps_received / env_steps_per_update` within +- `tolerance`
+    updates. Ahead of the data it waits for experience instead of training; behind, it
+    stops receiving, so the bounded transport pushes back on the actors.
+
+    Args:
+        env_steps_per_update: Target env steps per update; None disables the limit.
+        tolerance: Allowed drift from the target, in updates.
+    """
+
+    def __init__(self, env_steps_per_update: float | None, tolerance: float) -> None:
+        self.env_steps_per_update = env_steps_per_update
+        self.tolerance = float(tolerance)
+        self._start_steps: int | None = None  # env steps received when training could start
+
+    def start(self, env_steps_received: int) -> None:
+        """Marks the moment training became possible (only the first call counts)."""
+        if self._start_steps is None:
+            self._start_steps = env_steps_received
+
+    def drift(self, updates: int, env_steps_received: int) -> float:
+        """Updates done minus updates the received env steps allow (> 0: learner ahead)."""
+        if self._start_steps is None or self.env_steps_per_update is None:
+            return 0.0
+        earned = (env_steps_received - self._start_steps) / self.env_steps_per_update
+        return updates - earned
+
+    def may_train(self, updates: int, env_steps_received: int) -> bool:
+        """Whether one more update keeps the learner within the tolerance."""
+        return self.drift(updates, env_steps_received) < self.tolerance
+
+    def may_receive(self, updates: int, env_steps_received: int) -> bool:
+        """Whether taking more experience keeps the actors within the tolerance."""
+        return self.drift(updates, env_steps_received) > -self.tolerance
+
+
+class LearnerRunner:
+    """The learner loop: drain experience into replay, train, publish weights.
+
+    Weights are published before the first update, every `publish_interval` updates and,
+    when the loop ends normally, after the last one. Without rate limiting the loop trains
+    as fast as it can and takes at most `receive_batch` items per update (so very fast
+    actors are still slowed down by back-pressure, never buffered without bound).
+
+    Args:
+        learner: An `R2D2Learner` (duck typing: `config`, `add`, `ready`, `step`,
+            `get_weights`).
+        receiver: Experience in.
+        publisher: Weights out.
+        publish_interval: Learner updates between weight publications.
+        receive_batch: Most items taken per iteration; default 4 x `config.batch_size`.
+        env_steps_per_update: Target env steps per update; None disables rate limiting.
+        ratio_tolerance: Allowed drift from the target, in updates.
+        nb_trains: Stop after this many updates (None: until `should_stop`).
+        receive_timeout: Seconds to wait for experience when there is nothing else to do.
+        callbacks: Callbacks whose `on_r2d2_learner_*` hooks run here.
+        progress: Optional progress sink.
+    """
+
+    def __init__(
+        self,
+        learner: Any,
+        receiver: ExperienceReceiver,
+        publisher: WeightsPublisher,
+        *,
+        publish_interval: int = 10,
+        receive_batch: int | None = None,
+        env_steps_per_update: float | None = None,
+        ratio_tolerance: float = 16.0,
+        nb_trains: int | None = None,
+        receive_timeout: float = 0.05,
+        callbacks: Sequence[Any] = (),
+        progress: LearnerProgress | None = None,
+    ) -> None:
+        self.learner = learner
+        self.receiver = receiver
+        self.publisher = publisher
+        self.publish_interval = publish_interval
+        self.receive_batch = receive_batch or 4 * learner.config.batch_size
+        self.rate = RateLimiter(env_steps_per_update, ratio_tolerance)
+        self.nb_trains = nb_trains
+        self.receive_timeout = receive_timeout
+        self.callbacks = tuple(callbacks)
+        self.progress = progress
+        self.updates = 0
+        """Learner updates done."""
+        self.sequences_received = 0
+        """Experience items added to replay."""
+        self.env_steps_received = 0
+        """Env steps those items account for."""
+        self.version = 0
+        """Latest published weights version."""
+        self.metrics: dict[str, float] = {}
+        """Metrics of the latest update."""
+
+    def _can_train(self) -> bool:
+        if not self.learner.ready:
+            return False
+        self.rate.start(self.env_steps_received)
+        return self.rate.may_train(self.updates, self.env_steps_received)
+
+    def _add(self, items: list[Experience]) -> None:
+        for item in items:
+            self.learner.add(item.sequence, item.priority)
+            self.sequences_received += 1
+            self.env_steps_received += int(item.env_steps)
+
+    def publish(self) -> int:
+        """Publishes the learner's current weights; returns the new version."""
+        self.version = self.publisher.publish(self.learner.get_weights())
+        return self.version
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        """Trains until `should_stop()` or `nb_trains` updates.
+
+        Weights are published before the first update and, when the loop ends normally
+        (not when it raises), after the last one, before the end hook.
+        """
+        call_hooks(self.callbacks, "on_r2d2_learner_begin", self.learner)
+        self.publish()
+        while not should_stop() and (self.nb_trains is None or self.updates < self.nb_trains):
+            self._iteration()
+        if self.updates % self.publish_interval:
+            self.publish()
+        call_hooks(self.callbacks, "on_r2d2_learner_end", self.learner)
+
+    def _iteration(self) -> None:
+        can_train = self._can_train()
+        if not can_train or self.rate.may_receive(self.updates, self.env_steps_received):
+            timeout = 0.0 if can_train else self.receive_timeout
+            self._add(self.receiver.receive(self.receive_batch, timeout))
+            can_train = self._can_train()
+        if can_train:
+            call_hooks(self.callbacks, "on_r2d2_learner_train_begin", self.learner)
+            self.metrics = self.learner.step()
+            self.updates += 1
+            call_hooks(self.callbacks, "on_r2d2_learner_train_end", self.learner)
+            if self.updates % self.publish_interval == 0:
+                self.publish()
+        if self.progress is not None:
+            self.progress.on_learner_progress(self)

@@ -1,0 +1,285 @@
+"""`R2D2Manager`: R2D2 with N actor processes and one learner process.
+
+The manager validates its inputs once, in the parent, into a `RunSpec` (before any child
+starts, and without importing TensorFlow). `train` hands that spec to the multiprocessing
+`Supervisor`, which starts the processes with the `spawn` method:
+
+* the learner builds the network and reports its weights layout; the parent creates the
+  shared-memory segment (so it can always unlink it) and hands it to the learner, which
+  publishes weights there; actors read them every `actor_sync_interval` env steps without
+  pickling;
+* actor i acts in its own env (seed = seed + i, Ape-X epsilon_i) and sends sequences
+  through its own bounded pipe to the learner;
+* the parent supervises: progress, limits, restarts of dead actors, the learner's errors,
+  Ctrl-C, and a shutdown that leaves no process, no pipe and no segment behind.
+
+`docs/architecture.md` draws the processes and what crosses each boundary. Use the manager
+under `if __name__ == "__main__":` (spawned children import the main module).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from r2d2_agent.config import R2D2Config
+from r2d2_agent.distributed.hooks import call_hooks
+from r2d2_agent.distributed.mp.supervisor import Supervisor
+from r2d2_agent.distributed.reports import Progress, TrainResult
+from r2d2_agent.distributed.spec import RunOptions, RunSpec, TrainLimits
+from r2d2_agent.envs.checks import check_env_matches_config
+from r2d2_agent.roles.builder import R2D2Builder
+from r2d2_agent.roles.episode_loop import play_episodes
+
+__all__ = ["R2D2Manager"]
+
+logger = logging.getLogger(__name__)
+
+
+class R2D2Manager:
+    """Distributed R2D2 on one machine: actor processes, a learner process, shared weights.
+
+    Args:
+        env_factory: Picklable zero-argument callable returning a Gymnasium env (e.g.
+            `functools.partial(gymnasium.make, "CartPole-v1")`).
+        config: The agent's configuration; its `input_shape` and `nb_actions` must match
+            the env's spaces.
+        actor_num: Number of actor processes (>= 1).
+        image_model: Picklable `ImageModel` for image inputs.
+        callbacks: Picklable callbacks (`R2D2Callback` hooks; duck typing works): the
+            train hooks run in the parent, the learner hooks in the learner, the actor
+            hooks in every actor (each process gets its own copy).
+        max_actor_restarts: Restarts allowed per actor index after it dies; one more
+            death stops the run with `R2D2ProcessError`.
+        actors_on_cpu: Hide GPUs from actor processes, so N actors do not each reserve GPU
+            memory (the learner alone uses the GPU).
+        use_numpy_policy: Act with the numpy forward pass (no TensorFlow in actors);
+            None: whenever the network allows it (value inputs, no image model).
+        observation_dtype: Storage dtype of observations (uint8 for Atari frames).
+        rate_limit: Keep learner updates and received env steps in a fixed ratio (see
+            `env_steps_per_update`); False lets both sides run free.
+        env_steps_per_update: Env steps (all actors) per learner update when rate limiting;
+            None means `config.train_interval`, the single-process agent's ratio.
+        ratio_tolerance: Allowed drift from that ratio, in learner updates.
+        publish_interval: Learner updates between weight publications.
+        send_batch_size: Sequences an actor gathers before one send.
+        progress: Show a progress bar (tqdm; it stays quiet when stderr is not a TTY).
+        shutdown_timeout: Seconds children get to stop before they are terminated.
+
+    Raises:
+        TypeError: On an unpicklable factory, image model or callback, a factory that is
+            not callable or does not return a Gymnasium env, or a config that is not an
+            `R2D2Config`; before any process starts.
+        ValueError: On invalid options, or an env whose spaces do not fit the config;
+            before any process starts.
+    """
+
+    def __init__(
+        self,
+        env_factory: Callable[[], Any],
+        config: R2D2Config,
+        actor_num: int = 1,
+        image_model: Any = None,
+        callbacks: Sequence[Any] | None = None,
+        *,
+        max_actor_restarts: int = 3,
+        actors_on_cpu: bool = True,
+        use_numpy_policy: bool | None = None,
+        observation_dtype: Any = np.float32,
+        rate_limit: bool = True,
+        env_steps_per_update: float | None = None,
+        ratio_tolerance: float = 16.0,
+        publish_interval: int = 10,
+        send_batch_size: int = 4,
+        progress: bool = True,
+        shutdown_timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(config, R2D2Config):
+            raise TypeError(f"config must be an R2D2Config, got {type(config).__name__}")
+        options = RunOptions(
+            max_actor_restarts=max_actor_restarts,
+            actors_on_cpu=actors_on_cpu,
+            rate_limit=rate_limit,
+            env_steps_per_update=env_steps_per_update,
+            ratio_tolerance=ratio_tolerance,
+            publish_interval=publish_interval,
+            send_batch_size=send_batch_size,
+            progress=progress,
+            shutdown_timeout=shutdown_timeout,
+        )
+        builder = R2D2Builder(config, image_model, observation_dtype, use_numpy_policy)
+        self.spec = RunSpec(
+            env_factory=env_factory,
+            builder=builder,
+            nb_actors=actor_num,
+            callbacks=tuple(callbacks or ()),
+            options=options,
+            log_level=logging.getLogger("r2d2_agent").getEffectiveLevel(),
+        )
+        _check_env(env_factory, config)
+        self._run: Supervisor | None = None
+        self._final_weights: list[np.ndarray] | None = None
+        self._eval_policy: Any = None
+
+    @property
+    def config(self) -> R2D2Config:
+        """The agent's configuration."""
+        return self.spec.config
+
+    @property
+    def actor_num(self) -> int:
+        """Number of actor processes."""
+        return self.spec.nb_actors
+
+    @property
+    def env_factory(self) -> Callable[[], Any]:
+        """The env factory every actor builds its env from."""
+        return self.spec.env_factory
+
+    @property
+    def callbacks(self) -> list[Any]:
+        """The callbacks (each process works on its own copy)."""
+        return list(self.spec.callbacks)
+
+    def train(
+        self,
+        nb_steps: int | None = None,
+        nb_trains: int | None = None,
+        max_seconds: float | None = None,
+        *,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> TrainResult:
+        """Trains until the first limit is reached; needs at least one limit.
+
+        Processes start fresh on every call; a later call starts from the latest weights
+        (with a new replay and optimizer state).
+
+        Args:
+            nb_steps: Env steps over all actors.
+            nb_trains: Learner updates.
+            max_seconds: Wall-clock seconds, counted from the call (start-up included).
+            on_progress: Called in the parent about ten times a second with a `Progress`.
+
+        Returns:
+            A `TrainResult`. After Ctrl-C it returns normally with `stop_reason`
+            "interrupted" (the latest weights are kept).
+
+        Raises:
+            ValueError: On invalid limits, before any process starts.
+            R2D2ProcessError: The learner failed, or an actor died more than
+                `max_actor_restarts` times; the message holds the child's traceback.
+        """
+        limits = TrainLimits(nb_steps=nb_steps, nb_trains=nb_trains, max_seconds=max_seconds)
+        if self._run is not None:
+            raise RuntimeError("train() is already running")
+        call_hooks(self.spec.callbacks, "on_r2d2_train_begin")
+        self._run = Supervisor(
+            self.spec, limits, initial_weights=self._final_weights, on_progress=on_progress
+        )
+        try:
+            result = self._run.run()
+        finally:
+            if self._run.final_weights is not None:
+                self._final_weights = self._run.final_weights
+            self._run = None
+        call_hooks(self.spec.callbacks, "on_r2d2_train_end")
+        return result
+
+    def latest_weights(self) -> list[np.ndarray] | None:
+        """The learner's latest published weights (None before any `train`)."""
+        if self._run is not None:
+            return self._run.read_weights() or self._final_weights
+        return self._final_weights
+
+    def create_test_agent(self, **agent_kwargs: Any) -> Any:
+        """An `R2D2Agent` (compiled) holding the learner's latest weights.
+
+        Args:
+            **agent_kwargs: Extra `R2D2Agent` arguments (e.g. `processor`).
+
+        Raises:
+            RuntimeError: If no weights exist yet (call `train` first).
+        """
+        weights = self.latest_weights()
+        if weights is None:
+            raise RuntimeError("no learner weights yet: call train() first")
+        from r2d2_agent.keras_rl.agent import R2D2Agent
+
+        builder = self.spec.builder
+        agent_kwargs.setdefault("observation_dtype", builder.observation_dtype)
+        agent = R2D2Agent(self.config, builder.image_model, **agent_kwargs)
+        agent.compile()
+        agent.learner.set_weights(weights)
+        agent.sync_actor()
+        return agent
+
+    def request_stop(self) -> None:
+        """Asks a running `train` to stop at its next poll (stop_reason "requested").
+
+        Safe to call from `on_progress` or from another thread.
+        """
+        if self._run is not None:
+            self._run.request_stop()
+
+    def evaluate(
+        self, nb_episodes: int = 10, env: Any = None, seed: int | None = None
+    ) -> list[float]:
+        """Plays episodes in this process with the latest weights and `config.test_epsilon`.
+
+        With the numpy policy (value inputs) this needs no TensorFlow, so it can run from
+        `on_progress` while training goes on.
+
+        Args:
+            nb_episodes: Episodes to play.
+            env: A Gymnasium env to play in (kept open); a new one from the factory if None.
+            seed: Seed of the first reset.
+
+        Returns:
+            The episode returns.
+
+        Raises:
+            RuntimeError: If no weights exist yet (call `train` first).
+        """
+        weights = self.latest_weights()
+        if weights is None:
+            raise RuntimeError("no learner weights yet: call train() first")
+        builder = self.spec.builder
+        if self._eval_policy is None:
+            self._eval_policy = builder.make_policy()
+        self._eval_policy.set_weights(weights)
+        actor = builder.make_actor(self._eval_policy, None, self.config.test_epsilon, seed)
+        own_env = env is None
+        env = self.spec.env_factory() if own_env else env
+        try:
+            return play_episodes(env, actor, nb_episodes, seed=seed)
+        finally:
+            if own_env:
+                env.close()
+
+    def close(self) -> None:
+        """Releases everything (`train` already does on return; kept for `with`)."""
+        if self._run is not None:
+            self._run.close()
+            self._run = None
+
+    def __enter__(self) -> R2D2Manager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_env(env_factory: Callable[[], Any], config: R2D2Config) -> None:
+    """Builds one env in the parent and checks its spaces against the config."""
+    import gymnasium
+
+    env = env_factory()
+    try:
+        if not isinstance(env, gymnasium.Env):
+            raise TypeError(f"env_factory must return a gymnasium.Env, got {type(env).__name__}")
+        check_env_matches_config(env.observation_space, env.action_space, config)
+    finally:
+        env.close()

@@ -1,0 +1,124 @@
+"""Every message that crosses a process boundary in a distributed run, as a dataclass.
+
+Data plane (actor -> learner): `Experience` items, in small batches.
+Events (child -> parent): `WeightsLayout`, `EpisodeFinished`, `ChildFailed`,
+`ActorSummary`, `LearnerSummary`.
+Control (parent -> learner): `WeightsSegment`, `ConnectActor`.
+
+A backend dispatches on the message's type, never on a string tag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from r2d2_agent.distributed.mp.shared_weights import SharedWeightsHandle, WeightsSpec
+
+__all__ = [
+    "ActorSummary",
+    "ChildEvent",
+    "ChildFailed",
+    "ConnectActor",
+    "EpisodeFinished",
+    "Experience",
+    "LearnerSummary",
+    "WeightsLayout",
+    "WeightsSegment",
+]
+
+
+@dataclass(frozen=True)
+class Experience:
+    """One finished sequence on its way from an actor to the learner's replay.
+
+    Attributes:
+        sequence: Field name -> array, as `SequenceLayout.field_spec` describes.
+        priority: Its initial priority, computed by the actor.
+        env_steps: Env steps the actor took since its previous item (the learner's rate
+            limiter counts env steps with them).
+    """
+
+    sequence: dict[str, np.ndarray]
+    priority: float
+    env_steps: int
+
+
+@dataclass(frozen=True)
+class WeightsLayout:
+    """Learner -> parent, once built: the layout of its weights (to size shared memory)."""
+
+    spec: WeightsSpec
+
+
+@dataclass(frozen=True)
+class EpisodeFinished:
+    """Actor -> parent: an episode ended."""
+
+    episode_return: float
+    episode_steps: int
+
+
+@dataclass(frozen=True)
+class ChildFailed:
+    """Child -> parent, just before the child exits with an error."""
+
+    traceback: str
+
+
+@dataclass(frozen=True)
+class ActorSummary:
+    """Actor -> parent when it stops normally.
+
+    Attributes:
+        pid: The actor's process id.
+        policy: Class name of its acting network (`NumpyNetwork` or `KerasPolicy`).
+        tensorflow_loaded: Whether TensorFlow was imported in the process.
+        steps: Env steps it took.
+        weight_pulls: Weight sets it took from the learner.
+        items_sent: Sequences it sent.
+    """
+
+    pid: int
+    policy: str
+    tensorflow_loaded: bool
+    steps: int
+    weight_pulls: int
+    items_sent: int
+
+
+@dataclass(frozen=True)
+class LearnerSummary:
+    """Learner -> parent when it stops normally."""
+
+    pid: int
+    updates: int
+    sequences: int
+
+
+ChildEvent = WeightsLayout | EpisodeFinished | ChildFailed | ActorSummary | LearnerSummary
+"""Anything a child sends its parent."""
+
+
+@dataclass(frozen=True)
+class WeightsSegment:
+    """Parent -> learner: the shared-memory segment to publish weights into."""
+
+    handle: SharedWeightsHandle
+
+
+@dataclass(frozen=True)
+class ConnectActor:
+    """Parent -> learner: read this (new or restarted) actor's experience from `connection`.
+
+    Attributes:
+        index: The actor's index.
+        connection: The read end of the actor's pipe (a `multiprocessing` connection,
+            which multiprocessing can hand to another process).
+    """
+
+    index: int
+    connection: Any

@@ -1,0 +1,126 @@
+"""The parent's side of each child process: start it, stop it, report how it failed.
+
+`spawn_child` starts a `run_child` process with SIGINT ignored from its first line, so a
+terminal's Ctrl-C (sent to the whole process group) leaves shutdown to the parent;
+`terminate` joins a process, terminating then killing it if it lingers; `child_error`
+turns a child's exit code and traceback into the `R2D2ProcessError` the run raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.context import BaseContext
+from typing import Any
+
+from r2d2_agent.distributed.errors import R2D2ProcessError, describe_exit
+from r2d2_agent.distributed.messages import ActorSummary, LearnerSummary
+from r2d2_agent.distributed.mp.bootstrap import ChildSetup, run_child
+
+__all__ = ["ChildProcess", "child_error", "spawn_child", "terminate"]
+
+
+class ChildProcess:
+    """A child process and the read end of its event pipe.
+
+    Attributes:
+        role: "learner" or "actor".
+        index: the actor index (None for the learner).
+        process: the multiprocessing process.
+        events: read end of the pipe on which the child sends its events.
+        error: the traceback the child sent, if any.
+        summary: what the child reported when it stopped normally.
+        exited: whether the parent has seen the child exit.
+    """
+
+    def __init__(self, role: str, index: int | None, process: Any, events: Connection) -> None:
+        self.role = role
+        self.index = index
+        self.process = process
+        self.events = events
+        self.error: str | None = None
+        self.summary: ActorSummary | LearnerSummary | None = None
+        self.exited = False
+
+    @property
+    def name(self) -> str:
+        """ "learner" or "actor <index>"."""
+        return self.role if self.index is None else f"{self.role} {self.index}"
+
+
+def spawn_child(
+    ctx: BaseContext,
+    role: str,
+    index: int | None,
+    setup: ChildSetup,
+    main: Callable[..., None],
+    *args: Any,
+) -> ChildProcess:
+    """Starts `run_child(main, setup, events, *args)` in a new process.
+
+    Args:
+        ctx: the multiprocessing context.
+        role: "learner" or "actor".
+        index: the actor index (None for the learner).
+        setup: how the child prepares itself.
+        main: the child's main function (`actor_main`, `learner_main`).
+        *args: `main`'s arguments after the event pipe.
+
+    Returns:
+        The started child, holding the read end of its event pipe.
+    """
+    events_r, events_w = ctx.Pipe(duplex=False)
+    name = "r2d2-learner" if index is None else f"r2d2-actor-{index}"
+    process = ctx.Process(target=run_child, name=name, args=(main, setup, events_w, *args))
+    try:
+        with _sigint_ignored():  # the child starts with SIGINT ignored, from its first line
+            process.start()
+    except BaseException:
+        events_r.close()
+        raise
+    finally:
+        events_w.close()
+    return ChildProcess(role, index, process, events_r)
+
+
+def child_error(child: ChildProcess, what: str, code: int | None) -> R2D2ProcessError:
+    """The error to raise for `child`: `what`, its exit status and its traceback."""
+    detail = (
+        f"\n--- traceback from the {child.name} process ---\n{child.error.rstrip()}"
+        if child.error
+        else " (no traceback: the process was killed or crashed hard)"
+    )
+    return R2D2ProcessError(
+        f"{what} ({describe_exit(code)}){detail}", child.role, child.index, code, child.error
+    )
+
+
+def terminate(process: Any, grace: float = 2.0) -> None:
+    """Joins a process, terminating then killing it if it does not exit."""
+    if process.exitcode is None and grace > 0:
+        process.terminate()
+        process.join(grace)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignores SIGINT in the main thread meanwhile.
+
+    A spawned interpreter keeps an inherited "ignore" disposition for SIGINT (it installs
+    its KeyboardInterrupt handler only over the default one), so a terminal's Ctrl-C, sent
+    to the whole process group, cannot kill a child before `bootstrap` runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)

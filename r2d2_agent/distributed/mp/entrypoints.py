@@ -1,0 +1,184 @@
+"""The mains of the actor and learner processes: build the role, wire the channels, run.
+
+Each builds its runner from its typed start arguments (`ActorStart`, `LearnerStart`) and
+the multiprocessing channels, reports progress in the shared `RunCounters` and sends its
+events (`EpisodeFinished`, `WeightsLayout`, summaries) to the parent. Nothing here imports
+TensorFlow at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from multiprocessing.connection import Connection
+
+from r2d2_agent.distributed.actor_runner import ActorRunner
+from r2d2_agent.distributed.learner_runner import LearnerRunner
+from r2d2_agent.distributed.messages import (
+    ActorSummary,
+    EpisodeFinished,
+    LearnerSummary,
+    WeightsLayout,
+    WeightsSegment,
+)
+from r2d2_agent.distributed.mp.bootstrap import Deferred, ParentWatch
+from r2d2_agent.distributed.mp.pipes import PipeExperienceReceiver, PipeExperienceSender
+from r2d2_agent.distributed.mp.shared_state import RunCounters, SharedFlag
+from r2d2_agent.distributed.mp.shared_weights import SharedWeightsHandle, WeightsSpec
+from r2d2_agent.distributed.mp.weights_channel import (
+    AttachedWeightsPublisher,
+    SharedWeightsSubscriber,
+)
+from r2d2_agent.distributed.spec import ActorStart, LearnerStart
+
+__all__ = ["actor_main", "learner_main"]
+
+
+class _ActorReporter:
+    """`ActorProgress` writing the actor's counter slot and sending episode ends."""
+
+    def __init__(self, counters: RunCounters, index: int, events: Connection) -> None:
+        self._counters = counters
+        self._index = index
+        self._events = events
+        self._base = counters.actor_steps(index)  # a restarted actor continues its count
+
+    def on_steps(self, total_steps: int) -> None:
+        self._counters.set_actor_steps(self._index, self._base + total_steps)
+
+    def on_episode(self, episode_return: float, episode_steps: int) -> None:
+        self._events.send(EpisodeFinished(float(episode_return), int(episode_steps)))
+
+
+class _LearnerReporter:
+    """`LearnerProgress` writing the learner's counters."""
+
+    def __init__(self, counters: RunCounters) -> None:
+        self._counters = counters
+
+    def on_learner_progress(self, runner: LearnerRunner) -> None:
+        self._counters.set_learner(
+            updates=runner.updates,
+            sequences=runner.sequences_received,
+            env_steps=runner.env_steps_received,
+            version=runner.version,
+            loss=runner.metrics.get("loss"),
+        )
+
+
+def actor_main(
+    events: Connection,
+    start: Deferred[ActorStart],
+    weights: SharedWeightsHandle,
+    experience: Connection,
+    stop: SharedFlag,
+    counters: RunCounters,
+) -> None:
+    """Actor process: builds its env and channels, then runs an `ActorRunner`.
+
+    Args:
+        events: Pipe to the parent.
+        start: The actor's start arguments.
+        weights: The shared weights segment to read from.
+        experience: Write end of this actor's experience pipe.
+        stop: The run's stop flag.
+        counters: The run's counters.
+    """
+    actor = start.load()
+    spec = actor.spec
+    env = spec.env_factory()
+    sender = PipeExperienceSender(experience, stop)
+    subscriber = SharedWeightsSubscriber(weights)
+    runner = ActorRunner(
+        actor.index,
+        spec.builder,
+        env,
+        sender,
+        subscriber,
+        epsilon=actor.epsilon,
+        seed=actor.seed,
+        send_batch_size=spec.options.send_batch_size,
+        progress=_ActorReporter(counters, actor.index, events),
+        callbacks=spec.callbacks,
+    )
+    stopped = ParentWatch(stop)
+
+    def should_stop() -> bool:
+        if stopped():
+            return True
+        return actor.nb_steps is not None and counters.total_steps() >= actor.nb_steps
+
+    try:
+        runner.run(should_stop)
+    finally:
+        env.close()
+        subscriber.close()
+        sender.close()
+    summary = ActorSummary(
+        pid=os.getpid(),
+        policy=type(runner.policy).__name__,
+        tensorflow_loaded="tensorflow" in sys.modules,
+        steps=runner.steps,
+        weight_pulls=runner.weight_pulls,
+        items_sent=runner.items_sent,
+    )
+    events.send(summary)
+
+
+def learner_main(
+    events: Connection,
+    start: Deferred[LearnerStart],
+    control: Connection,
+    stop: SharedFlag,
+    counters: RunCounters,
+) -> None:
+    """Learner process: builds the learner, reports its weights layout, trains.
+
+    Protocol: sends `WeightsLayout` on `events`, waits for `WeightsSegment` on `control`
+    (the parent creates and owns the segment), then runs a `LearnerRunner` whose receiver
+    takes actor pipes from `control` (`ConnectActor`).
+
+    Args:
+        events: Pipe to the parent.
+        start: The learner's start arguments.
+        control: Read end of the parent's control pipe.
+        stop: The run's stop flag.
+        counters: The run's counters.
+    """
+    learner_start = start.load()
+    spec = learner_start.spec
+    learner = spec.builder.make_learner()
+    if learner_start.initial_weights is not None:
+        learner.set_weights(learner_start.initial_weights)
+    events.send(WeightsLayout(WeightsSpec.from_arrays(learner.get_weights())))
+    stopped = ParentWatch(stop, every=1)
+    while not control.poll(0.1):
+        if stopped():
+            return
+    message = control.recv()
+    if not isinstance(message, WeightsSegment):
+        raise RuntimeError(f"expected the weights segment first, got {message!r}")
+    publisher = AttachedWeightsPublisher(message.handle)
+    receiver = PipeExperienceReceiver(control)
+    reporter = _LearnerReporter(counters)
+    runner = LearnerRunner(
+        learner,
+        receiver,
+        publisher,
+        publish_interval=spec.options.publish_interval,
+        env_steps_per_update=spec.env_steps_per_update,
+        ratio_tolerance=spec.options.ratio_tolerance,
+        nb_trains=learner_start.nb_trains,
+        callbacks=spec.callbacks,
+        progress=reporter,
+    )
+    try:
+        runner.run(ParentWatch(stop, every=16))
+    finally:
+        reporter.on_learner_progress(runner)
+        receiver.close()
+        publisher.close()
+    summary = LearnerSummary(
+        pid=os.getpid(), updates=runner.updates, sequences=runner.sequences_received
+    )
+    events.send(summary)

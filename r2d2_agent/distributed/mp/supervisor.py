@@ -1,0 +1,354 @@
+"""`Supervisor`: one `R2D2Manager.train` call on multiprocessing: start, watch, restart and
+stop the child processes.
+
+The parent waits on every child's process sentinel and event pipe at once
+(`multiprocessing.connection.wait`), so a death is seen within one poll (0.1 s). Shutdown
+(normal, on error or on Ctrl-C) raises the stop flag, gives the children
+`shutdown_timeout` seconds, terminates then kills stragglers, reads the final weights from
+shared memory, closes every pipe and unlinks the segment, whatever happened before.
+Starting and stopping one process is `children`; what the run reports is
+`r2d2_agent.distributed.reports`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import multiprocessing
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
+from multiprocessing.context import BaseContext
+from typing import Any
+
+import numpy as np
+
+from r2d2_agent.distributed.errors import describe_exit
+from r2d2_agent.distributed.messages import (
+    ActorSummary,
+    ChildFailed,
+    ConnectActor,
+    EpisodeFinished,
+    LearnerSummary,
+    WeightsLayout,
+    WeightsSegment,
+)
+from r2d2_agent.distributed.mp.bootstrap import ChildSetup, Deferred
+from r2d2_agent.distributed.mp.children import ChildProcess, child_error, spawn_child, terminate
+from r2d2_agent.distributed.mp.entrypoints import actor_main, learner_main
+from r2d2_agent.distributed.mp.shared_state import RunCounters, SharedFlag
+from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
+from r2d2_agent.distributed.reports import Progress, ProgressBar, TrainResult
+from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec, TrainLimits
+
+__all__ = ["Supervisor"]
+
+logger = logging.getLogger(__name__)
+
+_POLL_S = 0.1
+_RECENT_EPISODES = 20
+
+
+class Supervisor:
+    """Runs one training session of `spec` on multiprocessing (see `R2D2Manager.train`).
+
+    Args:
+        spec: The run.
+        limits: When to stop.
+        initial_weights: Online weights the learner starts from (None: fresh ones).
+        on_progress: Called in the parent about ten times a second with a `Progress`.
+        ctx: The multiprocessing context; `spawn` when None.
+    """
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        limits: TrainLimits,
+        *,
+        initial_weights: list[np.ndarray] | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        ctx: BaseContext | None = None,
+    ) -> None:
+        self.spec = spec
+        self.limits = limits
+        self.on_progress = on_progress
+        self.ctx = ctx or multiprocessing.get_context("spawn")
+        self._initial_weights = initial_weights
+        n = spec.nb_actors
+        self.stop = SharedFlag(self.ctx)
+        self.counters = RunCounters(self.ctx, n)
+        self.learner: ChildProcess | None = None
+        self.actors: list[ChildProcess | None] = [None] * n
+        self.returns: list[list[float]] = [[] for _ in range(n)]
+        self.restarts = [0] * n
+        self.actor_info: list[dict[str, Any]] = [{} for _ in range(n)]
+        self.recent: collections.deque[float] = collections.deque(maxlen=_RECENT_EPISODES)
+        self.weights_spec: WeightsSpec | None = None
+        self.segment: SharedWeights | None = None
+        self.control: Connection | None = None
+        self.final_weights: list[np.ndarray] | None = None
+        self.version = 0
+        self.reason = ""
+        self.stopping = False
+        self.stop_requested = False
+        self.t0 = time.monotonic()
+
+    # Public --------------------------------------------------------------------------
+
+    def run(self) -> TrainResult:
+        """Runs to the first limit; always cleans up; returns a `TrainResult`."""
+        bar = ProgressBar(self.limits.nb_steps, self.spec.options.progress)
+        try:
+            self._start_learner()
+            while self.weights_spec is None and not self._limit_reached():
+                self._pump()
+            if self.weights_spec is not None:
+                self.segment = SharedWeights.create(self.weights_spec, name_prefix="r2d2")
+                self._send_control(WeightsSegment(self.segment.handle))
+                for i in range(self.spec.nb_actors):
+                    self._start_actor(i)
+            while not self._limit_reached():
+                self._pump()
+                self._report(bar)
+        except KeyboardInterrupt:
+            self.reason = "interrupted"
+            logger.warning("interrupted: stopping the actors and the learner")
+        finally:
+            bar.close()
+            self.close()
+        return TrainResult(
+            env_steps=self.counters.total_steps(),
+            learner_updates=self.counters.learner_value("updates"),
+            sequences_received=self.counters.learner_value("sequences"),
+            weights_version=self.version,
+            elapsed_seconds=time.monotonic() - self.t0,
+            stop_reason=self.reason,
+            actor_env_steps=self.counters.all_actor_steps(),
+            episode_returns=self.returns,
+            actor_restarts=list(self.restarts),
+            actor_info=self.actor_info,
+        )
+
+    def read_weights(self) -> list[np.ndarray] | None:
+        """A consistent copy of the latest published weights (None before the first)."""
+        if self.segment is None:
+            return None
+        try:
+            version, arrays = self.segment.read(timeout=1.0)
+        except TimeoutError:  # the learner died in the middle of a publish
+            logger.warning("shared weights stayed half-written; keeping the previous copy")
+            return None
+        if version == 0:
+            return None
+        self.version = version
+        return arrays
+
+    def request_stop(self) -> None:
+        """Asks the run to stop at its next poll (stop reason "requested")."""
+        self.stop_requested = True
+
+    def close(self) -> None:
+        """Stops every child and releases every resource (idempotent)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.stop.set()
+        children = [c for c in [self.learner, *self.actors] if c is not None]
+        interrupted = None
+        try:
+            deadline = time.monotonic() + self.spec.options.shutdown_timeout
+            while any(not c.exited for c in children) and time.monotonic() < deadline:
+                self._pump()
+        except KeyboardInterrupt as exc:  # a second Ctrl-C: no more patience
+            interrupted = exc
+        finally:
+            try:
+                for child in children:
+                    terminate(child.process, grace=0.0 if interrupted else 2.0)
+                    self._drain(child)
+                    child.events.close()
+                    child.process.close()
+            finally:  # whatever happened above: no pipe and no segment stays behind
+                if self.control is not None:
+                    self.control.close()
+                if self.segment is not None:
+                    self.final_weights = self.read_weights()
+                    self.segment.close()
+                    self.segment.unlink()
+        if interrupted is not None:
+            raise interrupted
+
+    # Processes -----------------------------------------------------------------------
+
+    def _start_learner(self) -> None:
+        spec = self.spec
+        control_r, control_w = self.ctx.Pipe(duplex=False)
+        start = LearnerStart(spec, self.limits.nb_trains, self._initial_weights)
+        setup = ChildSetup(
+            "learner", None, use_tensorflow=True, seed=spec.config.seed, log_level=spec.log_level
+        )
+        self.control = control_w
+        try:
+            self.learner = spawn_child(
+                self.ctx,
+                "learner",
+                None,
+                setup,
+                learner_main,
+                Deferred(start),
+                control_r,
+                self.stop,
+                self.counters,
+            )
+        finally:
+            control_r.close()
+
+    def _start_actor(self, i: int) -> None:
+        spec = self.spec
+        exp_r, exp_w = self.ctx.Pipe(duplex=False)
+        seed = spec.actor_seed(i, self.restarts[i])
+        start = ActorStart(spec, i, seed, spec.actor_epsilon(i), self.limits.nb_steps)
+        setup = ChildSetup(
+            "actor",
+            i,
+            use_tensorflow=not spec.builder.use_numpy_policy,
+            hide_gpu=spec.options.actors_on_cpu,
+            seed=seed,
+            log_level=spec.log_level,
+        )
+        try:
+            self.actors[i] = spawn_child(
+                self.ctx,
+                "actor",
+                i,
+                setup,
+                actor_main,
+                Deferred(start),
+                self.segment.handle,
+                exp_w,
+                self.stop,
+                self.counters,
+            )
+            self._send_control(ConnectActor(i, exp_r))  # the learner reads this actor's pipe
+        finally:
+            exp_w.close()
+            exp_r.close()
+
+    def _send_control(self, message: WeightsSegment | ConnectActor) -> None:
+        try:
+            self.control.send(message)
+        except OSError:  # the learner is gone; the next _pump reports why
+            logger.debug("control pipe closed while sending %s", type(message).__name__)
+
+    # Watching ------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Waits up to one poll for events or deaths, then handles them."""
+        live = [c for c in [self.learner, *self.actors] if c is not None and not c.exited]
+        handles = [c.events for c in live if not c.events.closed]
+        handles += [c.process.sentinel for c in live]
+        if handles:
+            wait(handles, _POLL_S)
+        else:
+            time.sleep(_POLL_S)
+        for child in live:
+            self._drain(child)
+            if child.process.exitcode is not None:
+                child.exited = True
+                self._on_exit(child)
+
+    def _drain(self, child: ChildProcess) -> None:
+        while not child.events.closed:
+            try:
+                if not child.events.poll(0):
+                    return
+                message = child.events.recv()
+            except (EOFError, OSError):
+                child.events.close()
+                return
+            self._handle(child, message)
+
+    def _handle(self, child: ChildProcess, message: Any) -> None:
+        if isinstance(message, EpisodeFinished):
+            self.returns[child.index].append(message.episode_return)
+            self.recent.append(message.episode_return)
+        elif isinstance(message, WeightsLayout):
+            self.weights_spec = message.spec
+        elif isinstance(message, ChildFailed):
+            child.error = message.traceback
+        elif isinstance(message, ActorSummary):
+            child.summary = message
+            self.actor_info[child.index] = dataclasses.asdict(message)
+        elif isinstance(message, LearnerSummary):
+            child.summary = message
+        else:
+            logger.warning("ignoring an unknown message from the %s: %r", child.name, message)
+
+    def _on_exit(self, child: ChildProcess) -> None:
+        code = child.process.exitcode
+        if child.role == "learner":
+            if code == 0 and (self._trains_done() or self.stopping):
+                return
+            if self.stopping and code != 0 and child.error is None:
+                return  # terminated by the shutdown itself
+            raise child_error(child, "learner failed", code)
+        if code == 0 or self.stopping:
+            return
+        i = child.index
+        max_restarts = self.spec.options.max_actor_restarts
+        if self.restarts[i] >= max_restarts:
+            raise child_error(
+                child,
+                f"actor {i} died and was already restarted {self.restarts[i]} time(s) "
+                f"(max_actor_restarts={max_restarts}); stopping the run",
+                code,
+            )
+        last = (child.error or "").strip().splitlines()[-1:] or ["no traceback"]
+        logger.warning("actor %d died (%s: %s); restarting it", i, describe_exit(code), last[0])
+        self.restarts[i] += 1
+        child.events.close()
+        child.process.close()
+        self._start_actor(i)
+
+    # Limits and progress ---------------------------------------------------------------
+
+    def _trains_done(self) -> bool:
+        nb_trains = self.limits.nb_trains
+        return nb_trains is not None and self.counters.learner_value("updates") >= nb_trains
+
+    def _limit_reached(self) -> bool:
+        limits = self.limits
+        if self.stop_requested:
+            self.reason = "requested"
+        elif limits.nb_steps is not None and self.counters.total_steps() >= limits.nb_steps:
+            self.reason = "nb_steps"
+        elif self._trains_done():
+            self.reason = "nb_trains"
+        elif limits.max_seconds is not None and time.monotonic() - self.t0 >= limits.max_seconds:
+            self.reason = "max_seconds"
+        return bool(self.reason)
+
+    def snapshot(self) -> Progress:
+        """The current `Progress`."""
+        counters = self.counters
+        return Progress(
+            elapsed_seconds=time.monotonic() - self.t0,
+            env_steps=counters.total_steps(),
+            actor_env_steps=tuple(counters.all_actor_steps()),
+            learner_updates=counters.learner_value("updates"),
+            sequences_received=counters.learner_value("sequences"),
+            weights_version=counters.learner_value("version"),
+            loss=counters.loss,
+            episodes=sum(map(len, self.returns)),
+            recent_mean_return=float(np.mean(self.recent)) if self.recent else None,
+            actor_pids=tuple(None if a is None or a.exited else a.process.pid for a in self.actors),
+            learner_pid=self.learner.process.pid if self.learner else None,
+            actor_restarts=tuple(self.restarts),
+        )
+
+    def _report(self, bar: ProgressBar) -> None:
+        progress = self.snapshot()
+        bar.update(progress)
+        if self.on_progress is not None:
+            self.on_progress(progress)

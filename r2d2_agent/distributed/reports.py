@@ -1,0 +1,101 @@
+"""What one `R2D2Manager.train` call reports: `Progress` while it runs, then a `TrainResult`.
+
+`ProgressBar` shows the `Progress` snapshots on a tqdm bar (env steps, learner updates,
+env steps per second, recent mean return).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Progress", "ProgressBar", "TrainResult"]
+
+import numpy as np
+from tqdm import tqdm
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot of a running `R2D2Manager.train`, handed to its `on_progress` hook."""
+
+    elapsed_seconds: float
+    env_steps: int
+    actor_env_steps: tuple[int, ...]
+    learner_updates: int
+    sequences_received: int
+    weights_version: int
+    loss: float
+    episodes: int
+    recent_mean_return: float | None
+    """Mean return of the last 20 episodes over all actors (None before the first)."""
+    actor_pids: tuple[int | None, ...]
+    learner_pid: int | None
+    actor_restarts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one `R2D2Manager.train` did. Counters are Python ints."""
+
+    env_steps: int
+    """Env steps over all actors (may pass `nb_steps` by at most actor_num - 1)."""
+    learner_updates: int
+    sequences_received: int
+    weights_version: int
+    elapsed_seconds: float
+    stop_reason: str
+    """"nb_steps", "nb_trains", "max_seconds", "requested" (`request_stop`) or
+    "interrupted" (Ctrl-C)."""
+    actor_env_steps: list[int]
+    episode_returns: list[list[float]]
+    """Per actor index, the returns of its finished episodes, in order."""
+    actor_restarts: list[int]
+    actor_info: list[dict[str, Any]] = field(default_factory=list)
+    """Per actor, what its last process reported at exit (pid, policy, tensorflow_loaded)."""
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run was stopped by Ctrl-C."""
+        return self.stop_reason == "interrupted"
+
+    def recent_mean_return(self, episodes: int = 20) -> float | None:
+        """Mean return of each actor's last `episodes` episodes, pooled (None if none)."""
+        recent = [r for returns in self.episode_returns for r in returns[-episodes:]]
+        return float(np.mean(recent)) if recent else None
+
+
+class ProgressBar:
+    """A tqdm bar over env steps.
+
+    Args:
+        total: env steps to reach (None: no total).
+        enabled: show the bar when stderr is a terminal; False: never.
+    """
+
+    def __init__(self, total: int | None, enabled: bool) -> None:
+        self._bar = tqdm(
+            total=total,
+            unit="step",
+            disable=None if enabled else True,
+            dynamic_ncols=True,
+            desc="R2D2",
+        )
+
+    def update(self, progress: Progress) -> None:
+        """Moves the bar to `progress` (does nothing when the bar is disabled)."""
+        bar = self._bar
+        if bar.disable:
+            return
+        bar.update(progress.env_steps - bar.n)
+        ret = progress.recent_mean_return
+        bar.set_postfix(
+            updates=progress.learner_updates,
+            sps=f"{progress.env_steps / max(progress.elapsed_seconds, 1e-9):.0f}",
+            ret="-" if ret is None else f"{ret:.1f}",
+            refresh=False,
+        )
+
+    def close(self) -> None:
+        """Closes the bar."""
+        self._bar.close()

@@ -1,0 +1,217 @@
+"""Typed contracts of a distributed run: options, the run spec, limits, start arguments.
+
+The manager validates its inputs once, into a `RunSpec`, and from then on only these
+frozen dataclasses cross process boundaries (never the manager itself): a backend starts
+each actor with an `ActorStart` and the learner with a `LearnerStart`. Nothing here
+imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from r2d2_agent.config import R2D2Config
+from r2d2_agent.roles.builder import R2D2Builder
+
+__all__ = ["ActorStart", "LearnerStart", "RunOptions", "RunSpec", "TrainLimits"]
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+
+
+def _check_picklable(name: str, value: Any, hint: str) -> None:
+    try:
+        pickle.dumps(value)
+    except Exception as exc:
+        raise TypeError(
+            f"{name} must be picklable to reach the child processes ({hint}): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How the manager runs the processes (the `R2D2Manager` keyword arguments).
+
+    Raises:
+        ValueError: On an invalid value; the message names the option and the value.
+    """
+
+    max_actor_restarts: int = 3
+    """Restarts allowed per actor index after it dies; one more death stops the run."""
+    actors_on_cpu: bool = True
+    """Hide GPUs from actor processes, so N actors do not each reserve GPU memory."""
+    rate_limit: bool = True
+    """Keep learner updates and received env steps in the ratio `env_steps_per_update`;
+    False lets acting and learning run free."""
+    env_steps_per_update: float | None = None
+    """Env steps (all actors together) per learner update when rate limiting; None means
+    `config.train_interval`, the single-process agent's ratio."""
+    ratio_tolerance: float = 16.0
+    """Allowed drift from that ratio, in learner updates."""
+    publish_interval: int = 10
+    """Learner updates between weight publications."""
+    send_batch_size: int = 4
+    """Sequences an actor gathers before one send (also sent at every episode end)."""
+    progress: bool = True
+    """Show a progress bar (tqdm; quiet anyway when stderr is not a terminal)."""
+    shutdown_timeout: float = 10.0
+    """Seconds the children get to stop before they are terminated."""
+
+    def __post_init__(self) -> None:
+        _check_int("max_actor_restarts", self.max_actor_restarts, 0)
+        _check_int("publish_interval", self.publish_interval, 1)
+        _check_int("send_batch_size", self.send_batch_size, 1)
+        if self.env_steps_per_update is not None:
+            _check_positive("env_steps_per_update", self.env_steps_per_update)
+        _check_positive("ratio_tolerance", self.ratio_tolerance)
+        if self.ratio_tolerance < 1:
+            raise ValueError(f"ratio_tolerance must be >= 1 update, got {self.ratio_tolerance!r}")
+        _check_positive("shutdown_timeout", self.shutdown_timeout)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything the processes of a run need, validated once when it is made.
+
+    Attributes:
+        env_factory: Picklable zero-argument callable returning a Gymnasium env.
+        builder: Makes every role's components (config, image model, observation dtype,
+            numpy or Keras acting).
+        nb_actors: Number of actor processes.
+        callbacks: Picklable callbacks; each process gets its own copy.
+        options: How the processes run.
+        log_level: Level of the children's root logger (the parent's `r2d2_agent` level).
+
+    Raises:
+        TypeError: If the env factory is not callable, or a part is not picklable.
+        ValueError: If `nb_actors < 1`.
+    """
+
+    env_factory: Callable[[], Any]
+    builder: R2D2Builder
+    nb_actors: int
+    callbacks: tuple[Any, ...] = ()
+    options: RunOptions = field(default_factory=RunOptions)
+    log_level: int = logging.WARNING
+
+    def __post_init__(self) -> None:
+        _check_int("actor_num", self.nb_actors, 1)
+        if not callable(self.env_factory):
+            raise TypeError(
+                "env_factory must be a zero-argument callable returning a gymnasium env, "
+                f"got {type(self.env_factory).__name__}"
+            )
+        _check_picklable(
+            "env_factory",
+            self.env_factory,
+            "use a module-level function or functools.partial(gymnasium.make, "
+            "'CartPole-v1'); lambdas and local functions cannot be pickled",
+        )
+        _check_picklable("image_model", self.builder.image_model, "define it at module level")
+        _check_picklable(
+            "callbacks", list(self.callbacks), "define callback classes at module level"
+        )
+
+    @property
+    def config(self) -> R2D2Config:
+        """The agent's configuration."""
+        return self.builder.config
+
+    @property
+    def env_steps_per_update(self) -> float | None:
+        """The rate limiter's env steps per update (None when acting and learning run free)."""
+        if not self.options.rate_limit:
+            return None
+        return float(self.options.env_steps_per_update or self.config.train_interval)
+
+    def actor_seed(self, index: int, restarts: int) -> int | None:
+        """Seed of actor `index` after `restarts` restarts: `seed + index` at first, then
+        shifted by `nb_actors` per restart so a restarted actor does not replay its
+        predecessor's episodes."""
+        if self.config.seed is None:
+            return None
+        return self.config.seed + index + self.nb_actors * restarts
+
+    def actor_epsilon(self, index: int) -> float:
+        """Exploration rate of actor `index` (Ape-X schedule over `nb_actors`)."""
+        return self.builder.actor_epsilon(index, self.nb_actors)
+
+
+@dataclass(frozen=True)
+class TrainLimits:
+    """When one `train` call stops: the first limit reached (at least one is needed).
+
+    Attributes:
+        nb_steps: Env steps over all actors.
+        nb_trains: Learner updates.
+        max_seconds: Wall-clock seconds from the call, start-up included.
+
+    Raises:
+        ValueError: If no limit is given or one is not positive.
+    """
+
+    nb_steps: int | None = None
+    nb_trains: int | None = None
+    max_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("nb_steps", "nb_trains"):
+            value = getattr(self, name)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
+        if self.max_seconds is not None:
+            _check_positive("max_seconds", self.max_seconds)
+        if self.nb_steps is None and self.nb_trains is None and self.max_seconds is None:
+            raise ValueError("give at least one limit: nb_steps, nb_trains or max_seconds")
+
+
+@dataclass(frozen=True)
+class ActorStart:
+    """What one actor process is started with.
+
+    Attributes:
+        spec: The run.
+        index: The actor's index in `[0, nb_actors)`.
+        seed: Seeds the env's first reset, its action space and the actor's exploration.
+        epsilon: The actor's exploration rate.
+        nb_steps: Stop once all actors together took this many env steps (None: no limit).
+    """
+
+    spec: RunSpec
+    index: int
+    seed: int | None
+    epsilon: float
+    nb_steps: int | None
+
+
+@dataclass(frozen=True)
+class LearnerStart:
+    """What the learner process is started with.
+
+    Attributes:
+        spec: The run.
+        nb_trains: Stop after this many learner updates (None: no limit).
+        initial_weights: Online weights to start from (e.g. a previous `train` call's).
+    """
+
+    spec: RunSpec
+    nb_trains: int | None
+    initial_weights: list[np.ndarray] | None = None

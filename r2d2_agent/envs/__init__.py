@@ -1,0 +1,41 @@
+"""Environments: checks of an env against a config, the keras-rl adapter, test tasks.
+
+* `check_env_spaces`, `check_env_matches_config`: no TensorFlow, usable in the manager's
+  parent process before any child starts.
+* `GymnasiumEnv`, `as_keras_rl_env`: a Gymnasium env behind keras-rl's `rl.core.Env`
+  API (imports TensorFlow through keras-rl, so they load on first use).
+* `MaskedCartPole`, registered as `"r2d2_agent/MaskedCartPole-v1"`: CartPole with the
+  velocities hidden, a task that needs memory.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from r2d2_agent.envs.checks import check_env_matches_config, check_env_spaces
+from r2d2_agent.envs.masked_cartpole import (
+    MASKED_CARTPOLE_ID,
+    MaskedCartPole,
+    make_masked_cartpole,
+)
+
+_LAZY = {"GymnasiumEnv", "as_keras_rl_env"}
+
+__all__ = [
+    "MASKED_CARTPOLE_ID",
+    "GymnasiumEnv",
+    "MaskedCartPole",
+    "as_keras_rl_env",
+    "check_env_matches_config",
+    "check_env_spaces",
+    "make_masked_cartpole",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module("r2d2_agent.envs.gymnasium_env"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'r2d2_agent.envs' has no attribute {name!r}")

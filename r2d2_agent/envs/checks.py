@@ -1,0 +1,77 @@
+"""Checks of an environment's spaces against R2D2's needs and a config (no TensorFlow).
+
+They run wherever an env meets a config: `R2D2Agent.fit`/`test` and the `R2D2Manager`
+parent before any child starts, which must not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import gymnasium
+from gymnasium import spaces
+
+from r2d2_agent.config import R2D2Config
+
+__all__ = ["check_env_matches_config", "check_env_spaces"]
+
+
+def check_env_spaces(
+    observation_space: gymnasium.Space, action_space: gymnasium.Space
+) -> tuple[tuple[int, ...], int]:
+    """Check that an environment's spaces are usable by R2D2.
+
+    Args:
+        observation_space: Must be a non-scalar ``gymnasium.spaces.Box``.
+        action_space: Must be a ``gymnasium.spaces.Discrete`` starting at 0.
+
+    Returns:
+        ``(observation_shape, nb_actions)``.
+
+    Raises:
+        ValueError: If a space is not supported; the message names the space.
+    """
+    if not isinstance(action_space, spaces.Discrete):
+        kind = "continuous " if isinstance(action_space, spaces.Box) else ""
+        raise ValueError(
+            f"{kind}action space {action_space!r} is not supported; "
+            "R2D2 needs gymnasium.spaces.Discrete"
+        )
+    if int(action_space.start) != 0:
+        raise ValueError(
+            f"action space {action_space!r} starts at {int(action_space.start)}; R2D2 needs "
+            "actions 0..n-1 (wrap the env in a gymnasium.ActionWrapper that adds the offset)"
+        )
+    if not isinstance(observation_space, spaces.Box):
+        raise ValueError(
+            f"observation space {observation_space!r} is not supported; R2D2 needs "
+            "gymnasium.spaces.Box observations (e.g. one-hot encode a Discrete observation "
+            "with a gymnasium.ObservationWrapper)"
+        )
+    shape = tuple(int(d) for d in observation_space.shape)
+    if len(shape) == 0:
+        raise ValueError(
+            f"observation space {observation_space!r} is scalar; R2D2 needs observations with "
+            "at least one dimension (reshape them to (1,) with a gymnasium.ObservationWrapper)"
+        )
+    return shape, int(action_space.n)
+
+
+def check_env_matches_config(
+    observation_space: gymnasium.Space, action_space: gymnasium.Space, config: R2D2Config
+) -> None:
+    """Check an environment's spaces against an `R2D2Config`.
+
+    Raises:
+        ValueError: If a space is unsupported (see `check_env_spaces`), or the observation
+            shape or action count differs from `config.input_shape` / `config.nb_actions`;
+            the message names both values.
+    """
+    shape, nb_actions = check_env_spaces(observation_space, action_space)
+    if shape != tuple(config.input_shape):
+        raise ValueError(
+            f"the env's observation shape {shape} does not match "
+            f"config.input_shape {tuple(config.input_shape)}"
+        )
+    if nb_actions != config.nb_actions:
+        raise ValueError(
+            f"the env has {nb_actions} actions but config.nb_actions is {config.nb_actions}"
+        )

@@ -1,0 +1,331 @@
+"""`R2D2Agent`: single-process R2D2 as a keras-rl `Agent`.
+
+The agent wires one `R2D2Actor` to one `R2D2Learner` in the same process, both made by
+`R2D2Builder`. Its `fit`/`test` run `r2d2_agent.roles.EpisodeLoop` (the loop distributed
+actors use too) under keras-rl's callback protocol (`on_train_begin`, `on_episode_*`,
+`on_step_*`, `on_action_*` with the same log keys), count steps with Python ints
+(keras-rl's own `fit` keeps an int16 counter that wraps after 32,767 steps) and keep
+Gymnasium's `terminated` and `truncated` apart.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from r2d2_agent.compat import keras, rl_core, set_global_seed
+from r2d2_agent.config import R2D2Config
+from r2d2_agent.envs.checks import check_env_matches_config
+from r2d2_agent.envs.gymnasium_env import GymnasiumEnv, as_keras_rl_env
+from r2d2_agent.image_models import ImageModel
+from r2d2_agent.math import inverse_rescale
+from r2d2_agent.networks.weights_io import save_weights_atomic
+from r2d2_agent.roles.builder import R2D2Builder
+from r2d2_agent.roles.episode_loop import EpisodeObserver, Transition
+from r2d2_agent.roles.learner import METRIC_NAMES
+
+__all__ = ["R2D2Agent"]
+
+logger = logging.getLogger(__name__)
+
+
+class R2D2Agent(rl_core.Agent):
+    """R2D2 in one process: act, store sequences, train every `train_interval` env steps.
+
+    Args:
+        config: The agent's configuration.
+        image_model: Encoder for image inputs (`DQNImageModel` by default).
+        processor: An optional keras-rl `Processor` applied to env outputs and actions.
+        epsilon: Exploration rate while training; `config.epsilon` when None.
+        observation_dtype: Storage dtype of observations (uint8 saves memory for images).
+        use_numpy_policy: Act with the numpy forward pass (None: whenever the network
+            allows it).
+    """
+
+    def __init__(
+        self,
+        config: R2D2Config,
+        image_model: ImageModel | None = None,
+        processor: Any = None,
+        epsilon: float | None = None,
+        observation_dtype: Any = np.float32,
+        use_numpy_policy: bool | None = None,
+    ) -> None:
+        super().__init__(processor=processor)
+        self.compiled = False
+        if config.seed is not None:
+            set_global_seed(config.seed)  # weight init, exploration, env resets
+        self.config = config
+        self.image_model = image_model
+        self.builder = R2D2Builder(config, image_model, observation_dtype, use_numpy_policy)
+        self.learner = self.builder.make_learner()
+        self.adder = self.builder.make_adder(self.learner.add)
+        policy = self.builder.make_policy()
+        self.train_epsilon = config.epsilon if epsilon is None else float(epsilon)
+        # One policy, two actors: `actor` records what it does (training); `_eval_actor`
+        # only plays, with `config.test_epsilon` (`test()`, and forward() while not training).
+        self.actor = self.builder.make_actor(policy, self.adder, self.train_epsilon, config.seed)
+        self._eval_actor = self.builder.make_actor(policy, None, config.test_epsilon, config.seed)
+        self.actor.set_weights(self.learner.get_weights())
+        self.step = 0
+        self._steps_since_sync = 0
+        self._pending: tuple[int, float, bool, bool] | None = None
+        self._last_action: int | None = None
+        self._metrics = [float("nan")] * len(METRIC_NAMES)
+
+    # keras-rl Agent API --------------------------------------------------------------
+
+    def compile(self, optimizer: Any = None, metrics: list[Any] | None = None) -> None:
+        """Sets the optimizer (default: Adam from the config). `metrics` is unused."""
+        if optimizer is not None:
+            self.learner.optimizer = optimizer
+        self.compiled = True
+
+    @property
+    def layers(self) -> list[Any]:
+        """The online model's layers."""
+        return list(self.learner.online.model.layers)
+
+    @property
+    def metrics_names(self) -> list[str]:
+        """Names of `last_metrics`: loss, mean Q, mean priority."""
+        return list(METRIC_NAMES)
+
+    @property
+    def last_metrics(self) -> list[float]:
+        """Metrics of the latest learner update (NaN before the first)."""
+        return list(self._metrics)
+
+    @property
+    def model(self) -> keras.Model:
+        """The online Keras model."""
+        return self.learner.online.model
+
+    @property
+    def active_actor(self) -> Any:
+        """The actor that `forward` uses: the recording one while training."""
+        return self.actor if self.training else self._eval_actor
+
+    def reset_states(self) -> None:
+        """Forgets the current episode: recurrent state, frame stack, partial sequence."""
+        self.actor.reset_state()
+        self._eval_actor.reset_state()
+        self._pending = None
+        self._last_action = None
+
+    def forward(self, observation: Any) -> int:
+        """Chooses an action for `observation` (starting an episode if none is running)."""
+        actor = self.active_actor
+        if self._pending is not None:  # backward() left the transition open
+            self._complete(observation)
+        if not actor.episode_started:
+            actor.observe_first(observation)
+        self._last_action = actor.select_action()
+        return self._last_action
+
+    def backward(
+        self,
+        reward: float,
+        terminal: bool,
+        *,
+        truncated: bool = False,
+        next_observation: Any = None,
+    ) -> list[float]:
+        """Records the reward of the last action and trains when it is time.
+
+        Args:
+            reward: Reward of the action returned by the last `forward`.
+            terminal: Whether the episode terminated (no bootstrap).
+            truncated: Whether it was cut by a time limit (bootstrap from the last state).
+            next_observation: The observation after the action; when None it is taken
+                from the next `forward` call.
+
+        Returns:
+            The metrics (named by `metrics_names`; NaN before the first update).
+        """
+        if self._last_action is None:
+            raise RuntimeError("backward() needs a forward() before it")
+        self._pending = (self._last_action, float(reward), bool(terminal), bool(truncated))
+        self._last_action = None
+        if next_observation is not None:
+            self._complete(next_observation)
+        if not self.training:
+            return self.last_metrics
+        return self.count_training_step()
+
+    def _complete(self, next_observation: Any) -> None:
+        action, reward, terminated, truncated = self._pending
+        self._pending = None
+        self.active_actor.observe(action, reward, next_observation, terminated, truncated)
+
+    def count_training_step(self) -> list[float]:
+        """Counts one training env step: trains every `train_interval` steps once replay is
+        warm, and refreshes the acting weights every `actor_sync_interval` steps.
+
+        Returns:
+            The metrics of the latest update (NaN before the first).
+        """
+        self.step += 1  # training env steps over all fit() calls (a plain int)
+        self._steps_since_sync += 1
+        if self.step % self.config.train_interval == 0 and self.learner.ready:
+            metrics = self.learner.step()
+            self._metrics = [metrics[name] for name in METRIC_NAMES]
+        if self._steps_since_sync >= self.config.actor_sync_interval:
+            self.sync_actor()
+        return self.last_metrics
+
+    def sync_actor(self) -> None:
+        """Copies the learner's weights into the acting policy."""
+        self.actor.set_weights(self.learner.get_weights())
+        self._steps_since_sync = 0
+
+    def compute_q_values(self, observation: Any) -> np.ndarray:
+        """Q-values of one observation in return units, from the current recurrent state.
+
+        The recurrent state and the frame stack are not advanced.
+        """
+        q = self.active_actor.q_values(observation)
+        return inverse_rescale(q) if self.config.enable_rescaling else q
+
+    def load_weights(self, filepath: str) -> None:
+        """Loads HDF5 weights into the online and target networks and the actor."""
+        self.learner.online.model.load_weights(filepath)
+        self.learner.update_target()
+        self.sync_actor()
+
+    def save_weights(self, filepath: str, overwrite: bool = False) -> None:
+        """Saves the online weights to HDF5, atomically (temporary file, then rename).
+
+        Raises:
+            FileExistsError: If `filepath` exists and `overwrite` is False.
+        """
+        save_weights_atomic(self.learner.online.model, filepath, overwrite)
+
+    # Loops ---------------------------------------------------------------------------
+
+    def fit(
+        self,
+        env: Any,
+        nb_steps: int,
+        action_repetition: int = 1,
+        callbacks: list[Any] | None = None,
+        verbose: int = 1,
+        visualize: bool = False,
+        nb_max_start_steps: int = 0,
+        start_step_policy: Any = None,
+        log_interval: int = 10000,
+        nb_max_episode_steps: int | None = None,
+    ) -> keras.callbacks.History:
+        """Trains for `nb_steps` env steps (keras-rl's arguments; see `rl.core.Agent.fit`).
+
+        Args:
+            env: A Gymnasium env or a `GymnasiumEnv`.
+            nb_steps: Training env steps (agent steps, action repeats counted once).
+            action_repetition: Env steps per agent step.
+            callbacks: keras-rl callbacks.
+            verbose: 0 silent, 1 interval logs, 2 episode logs.
+            visualize: Render the env after each action.
+            nb_max_start_steps: Up to this many random actions after each reset.
+            start_step_policy: Chooses those actions (default: random).
+            log_interval: Env steps between interval logs (verbose=1).
+            nb_max_episode_steps: Truncate episodes after this many agent steps.
+
+        Returns:
+            A Keras `History` whose `history` holds `episode_reward`, `nb_episode_steps`
+            and `nb_steps` per episode.
+
+        Raises:
+            RuntimeError: Before `compile()`.
+            ValueError: If the env's spaces do not fit the config.
+        """
+        from r2d2_agent.keras_rl.fit_loop import run_keras_rl_loop
+
+        if not self.compiled:
+            raise RuntimeError("call compile() before fit()")
+        keras_env = self._checked_env(env)
+        seed = self.config.seed if self.config.seed is not None else keras_env.take_seed()
+        self.training = True
+        self.actor.epsilon = self.train_epsilon
+        return run_keras_rl_loop(
+            self,
+            keras_env,
+            self.actor,
+            observers=[_TrainingSteps(self)],
+            seed=seed,
+            nb_steps=int(nb_steps),
+            nb_episodes=None,
+            action_repetition=action_repetition,
+            callbacks=callbacks,
+            verbose=verbose,
+            visualize=visualize,
+            log_interval=log_interval,
+            nb_max_episode_steps=nb_max_episode_steps,
+            nb_max_start_steps=nb_max_start_steps,
+            start_step_policy=start_step_policy,
+        )
+
+    def test(
+        self,
+        env: Any,
+        nb_episodes: int = 1,
+        action_repetition: int = 1,
+        callbacks: list[Any] | None = None,
+        visualize: bool = True,
+        nb_max_episode_steps: int | None = None,
+        nb_max_start_steps: int = 0,
+        start_step_policy: Any = None,
+        verbose: int = 1,
+    ) -> keras.callbacks.History:
+        """Plays `nb_episodes` evaluation episodes with epsilon = `config.test_epsilon`.
+
+        Nothing is recorded or trained. Arguments as for `fit`; returns a Keras `History`
+        whose `nb_steps` entries are each episode's own length (keras-rl's convention).
+        """
+        from r2d2_agent.keras_rl.fit_loop import run_keras_rl_loop
+
+        keras_env = self._checked_env(env)
+        self.training = False
+        self.sync_actor()
+        self.reset_states()
+        try:
+            return run_keras_rl_loop(
+                self,
+                keras_env,
+                self._eval_actor,
+                observers=[],
+                seed=keras_env.take_seed(),
+                nb_steps=None,
+                nb_episodes=int(nb_episodes),
+                action_repetition=action_repetition,
+                callbacks=callbacks,
+                verbose=verbose,
+                visualize=visualize,
+                log_interval=0,
+                nb_max_episode_steps=nb_max_episode_steps,
+                nb_max_start_steps=nb_max_start_steps,
+                start_step_policy=start_step_policy,
+            )
+        finally:
+            self.reset_states()
+
+    def _checked_env(self, env: Any) -> GymnasiumEnv:
+        """Wraps a Gymnasium env and checks its spaces against the config (unless a
+        processor, which may reshape observations, is set)."""
+        keras_env = as_keras_rl_env(env)
+        if self.processor is None:
+            check_env_matches_config(
+                keras_env.observation_space, keras_env.action_space, self.config
+            )
+        return keras_env
+
+
+class _TrainingSteps(EpisodeObserver):
+    """Counts `fit`'s env steps on the agent, which trains and syncs when it is time."""
+
+    def __init__(self, agent: R2D2Agent) -> None:
+        self._agent = agent
+
+    def on_step_end(self, episode_step: int, transition: Transition) -> None:
+        self._agent.count_training_step()

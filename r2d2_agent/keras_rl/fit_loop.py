@@ -1,0 +1,167 @@
+"""keras-rl's callback protocol around `EpisodeLoop`, for `R2D2Agent.fit` and `test`.
+
+keras-rl's loggers and callbacks (`FileLogger`, `TrainEpisodeLogger`, `TrainIntervalLogger`,
+`TestLogger`, `Visualizer`) see the hooks and log keys of keras-rl's own `fit`/`test`;
+the episodes themselves run in the one `EpisodeLoop` of `r2d2_agent.roles`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from r2d2_agent.compat import keras, rl_callbacks
+from r2d2_agent.envs.gymnasium_env import GymnasiumEnv
+from r2d2_agent.roles.episode_loop import EpisodeLoop, EpisodeObserver, EpisodeResult, Transition
+
+__all__ = ["KerasRLCallbacks", "run_keras_rl_loop"]
+
+logger = logging.getLogger(__name__)
+
+
+class KerasRLCallbacks(EpisodeObserver):
+    """Forwards the loop's hooks to a keras-rl `CallbackList`, with keras-rl's log keys.
+
+    Args:
+        callbacks: The keras-rl callback list.
+        agent: The agent (for its latest metrics and whether it is training).
+    """
+
+    def __init__(self, callbacks: Any, agent: Any) -> None:
+        self._callbacks = callbacks
+        self._agent = agent
+        self._episode = 0
+
+    def on_episode_begin(self, episode: int) -> None:
+        self._episode = episode
+        self._callbacks.on_episode_begin(episode)
+
+    def on_step_begin(self, episode_step: int) -> None:
+        self._callbacks.on_step_begin(episode_step)
+
+    def on_action_begin(self, action: int) -> None:
+        self._callbacks.on_action_begin(action)
+
+    def on_action_end(self, action: int) -> None:
+        self._callbacks.on_action_end(action)
+
+    def on_step_end(self, episode_step: int, transition: Transition) -> None:
+        info = {
+            **transition.info,
+            "terminated": transition.terminated,
+            "truncated": transition.truncated,
+        }
+        logs = {
+            "action": transition.action,
+            "observation": transition.observation,
+            "reward": transition.reward,
+            "metrics": self._agent.last_metrics,
+            "episode": self._episode,
+            "info": info,
+        }
+        self._callbacks.on_step_end(episode_step, logs)
+
+    def on_episode_end(self, result: EpisodeResult) -> None:
+        # keras-rl's convention: total steps while training, the episode's own in tests.
+        nb_steps = result.total_steps if self._agent.training else result.episode_steps
+        logs = {
+            "episode_reward": result.episode_return,
+            "nb_episode_steps": result.episode_steps,
+            "nb_steps": nb_steps,
+        }
+        self._callbacks.on_episode_end(result.episode, logs)
+
+
+def _callback_list(
+    agent: Any,
+    env: GymnasiumEnv,
+    callbacks: Sequence[Any] | None,
+    verbose: int,
+    visualize: bool,
+    log_interval: int,
+    params: dict[str, Any],
+) -> tuple[Any, keras.callbacks.History]:
+    """keras-rl's callbacks for a run: the user's, the verbose logger, a History."""
+    callbacks = list(callbacks or [])
+    if agent.training:
+        if verbose == 1:
+            callbacks.append(rl_callbacks.TrainIntervalLogger(interval=log_interval))
+        elif verbose > 1:
+            callbacks.append(rl_callbacks.TrainEpisodeLogger())
+    elif verbose >= 1:
+        callbacks.append(rl_callbacks.TestLogger())
+    if visualize:
+        callbacks.append(rl_callbacks.Visualizer())
+    history = keras.callbacks.History()
+    callbacks.append(history)
+    callback_list = rl_callbacks.CallbackList(callbacks)
+    callback_list.set_model(agent)
+    callback_list._set_env(env)
+    callback_list.set_params(params)
+    return callback_list, history
+
+
+def run_keras_rl_loop(
+    agent: Any,
+    env: GymnasiumEnv,
+    actor: Any,
+    *,
+    observers: Sequence[EpisodeObserver],
+    seed: int | None,
+    nb_steps: int | None,
+    nb_episodes: int | None,
+    action_repetition: int,
+    callbacks: Sequence[Any] | None,
+    verbose: int,
+    visualize: bool,
+    log_interval: int,
+    nb_max_episode_steps: int | None,
+    nb_max_start_steps: int,
+    start_step_policy: Any,
+) -> keras.callbacks.History:
+    """Runs `actor` in `env` until `nb_steps` env steps or `nb_episodes` episodes.
+
+    `observers` run before the keras-rl callbacks at every hook (so a step's training
+    metrics reach `on_step_end`). Ctrl-C ends the run cleanly (`did_abort` in the logs of
+    `on_train_end`).
+
+    Returns:
+        A Keras `History` with `episode_reward`, `nb_episode_steps`, `nb_steps` per episode.
+    """
+    loop = EpisodeLoop(
+        env.env,
+        actor,
+        seed=seed,
+        action_repeat=action_repetition,
+        max_episode_steps=nb_max_episode_steps,
+        processor=agent.processor,
+        start_steps=nb_max_start_steps,
+        start_step_policy=start_step_policy,
+    )
+    if nb_steps is not None and nb_steps < 1:
+        raise ValueError(f"nb_steps must be >= 1, got {nb_steps}")
+    if nb_episodes is not None and nb_episodes < 1:
+        raise ValueError(f"nb_episodes must be >= 1, got {nb_episodes}")
+    params = {"nb_steps": nb_steps} if nb_steps is not None else {"nb_episodes": nb_episodes}
+    callback_list, history = _callback_list(
+        agent, env, callbacks, verbose, visualize, log_interval, params
+    )
+    loop.observers = (*observers, KerasRLCallbacks(callback_list, agent))
+    if agent.training:
+        agent._on_train_begin()
+    else:
+        agent._on_test_begin()
+    callback_list.on_train_begin()
+    did_abort = False
+    try:
+        loop.run(nb_steps=nb_steps, nb_episodes=nb_episodes)
+    except KeyboardInterrupt:
+        did_abort = True
+        logger.warning("interrupted; stopping cleanly")
+    callback_list.on_train_end(logs={"did_abort": did_abort})
+    if agent.training:
+        agent._on_train_end()
+    else:
+        agent._on_test_end()
+    return history

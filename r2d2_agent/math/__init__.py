@@ -1,0 +1,24 @@
+"""The R2D2 math as pure functions: numpy here, the same formulas in TensorFlow in `tf_ops`.
+
+Nothing in this package keeps state. The numpy functions serve the actors (initial
+priorities), the sequence adder, the learner's host side and the tests; `tf_ops` (which
+imports TensorFlow) serves the learner's compiled graph and is tested against them.
+"""
+
+from r2d2_agent.math.priorities import importance_weights, sequence_priorities
+from r2d2_agent.math.rescaling import RESCALE_EPS, inverse_rescale, rescale
+from r2d2_agent.math.schedules import apex_epsilon, linear_schedule
+from r2d2_agent.math.targets import n_step_returns, n_step_targets, td_errors
+
+__all__ = [
+    "RESCALE_EPS",
+    "apex_epsilon",
+    "importance_weights",
+    "inverse_rescale",
+    "linear_schedule",
+    "n_step_returns",
+    "n_step_targets",
+    "rescale",
+    "sequence_priorities",
+    "td_errors",
+]

@@ -1,0 +1,186 @@
+"""The R2D2 network: InputType layer -> encoder -> optional LSTM -> dueling or plain head.
+
+One Keras model serves acting and learning. Its inputs always carry a time axis:
+
+* `obs`: (batch, time, input_sequence, *frame) stacked frames;
+* with LSTM also `mask` (batch, time) bool -- masked steps carry the recurrent state
+  over unchanged (used for the left-padded burn-in of sequences at an episode start) --
+  and the recurrent state `h`, `c`, each (batch, lstm_units).
+
+Outputs: Q-values (batch, time, nb_actions) in the network's units (rescaled space when
+`enable_rescaling`), and with LSTM the final `h`, `c`.
+
+For value inputs the layer names are fixed (`encoder_dense`, `lstm`, `value_hidden`,
+`value`, `advantage_hidden`, `advantage`, or `q_hidden`, `q`) so that a numpy forward
+pass (`r2d2_agent.networks.numpy_net`) can run the same weights without TensorFlow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from r2d2_agent.compat import keras, tf
+from r2d2_agent.config import InputType, R2D2Config
+from r2d2_agent.image_models import DQNImageModel, ImageModel
+
+__all__ = ["MAX_STATIC_UNROLL", "DuelingCombine", "R2D2Network", "State", "build_model"]
+
+State = tuple[Any, Any]
+
+MAX_STATIC_UNROLL = 160
+"""Sequences up to this many steps are unrolled in the graph; longer ones loop."""
+
+
+class DuelingCombine(keras.layers.Layer):
+    """Q = V + A - mean_a(A) (Wang et al. 2016)."""
+
+    def call(self, inputs: list[Any]) -> Any:
+        value, advantage = inputs
+        return value + advantage - tf.reduce_mean(advantage, axis=-1, keepdims=True)
+
+
+def _frames_to_image(x: Any, config: R2D2Config, with_time: bool) -> Any:
+    """Reorders stacked frames (S, H, W[, C]) into one image (H, W, channels)."""
+    s = config.input_sequence
+    lead = (1,) if with_time else ()
+    off = len(lead)
+    if config.input_type in (InputType.GRAY_2ch, InputType.GRAY_3ch):
+        h, w = config.input_shape[:2]
+        # (T?, S, H, W[, 1]) -> (T?, S, H, W) -> (T?, H, W, S)
+        x = keras.layers.Reshape((-1, s, h, w) if with_time else (s, h, w))(x)
+        perm = tuple(i + off for i in (2, 3, 1))
+        return keras.layers.Permute(lead + perm)(x)
+    h, w, ch = config.input_shape
+    # COLOR: (T?, S, H, W, C) -> (T?, H, W, S, C) -> (T?, H, W, S*C)
+    perm = tuple(i + off for i in (2, 3, 1, 4))
+    x = keras.layers.Permute(lead + perm)(x)
+    return keras.layers.Reshape((-1, h, w, s * ch) if with_time else (h, w, s * ch))(x)
+
+
+def _encoder(obs: Any, config: R2D2Config, image_model: ImageModel | None) -> Any:
+    """Per-step features (batch, time, dim) from stacked frames (batch, time, S, ...)."""
+    if config.input_type is InputType.VALUES:
+        flat = int(np.prod(config.network_input_shape))
+        x = keras.layers.Reshape((-1, flat))(obs)
+        return keras.layers.Dense(config.dense_units, activation="relu", name="encoder_dense")(x)
+    image_model = image_model or DQNImageModel()
+    if config.enable_lstm:
+        return image_model.create_image_model(_frames_to_image(obs, config, True), True)
+    # Without LSTM the image model sees single images; apply it to every time step.
+    frame_in = keras.Input(shape=config.network_input_shape, name="frame")
+    feat = image_model.create_image_model(_frames_to_image(frame_in, config, False), False)
+    torso = keras.Model(frame_in, feat, name="image_model")
+    return keras.layers.TimeDistributed(torso, name="image_model_td")(obs)
+
+
+def _head(x: Any, config: R2D2Config) -> Any:
+    dense = keras.layers.Dense
+    if config.enable_dueling:
+        v = dense(config.dense_units, activation="relu", name="value_hidden")(x)
+        v = dense(1, name="value")(v)
+        a = dense(config.dense_units, activation="relu", name="advantage_hidden")(x)
+        a = dense(config.nb_actions, name="advantage")(a)
+        return DuelingCombine(name="dueling")([v, a])
+    x = dense(config.dense_units, activation="relu", name="q_hidden")(x)
+    return dense(config.nb_actions, name="q")(x)
+
+
+def build_model(
+    config: R2D2Config, image_model: ImageModel | None = None, name: str = "r2d2"
+) -> keras.Model:
+    """Builds the Keras model described in the module docstring.
+
+    Args:
+        config: the agent's configuration.
+        image_model: encoder for image inputs; `DQNImageModel` when None. Ignored for
+            `InputType.VALUES`.
+        name: the model's name.
+
+    Returns:
+        An uncompiled `keras.Model` whose sub-models `encoder` and `head` (and layer
+        `lstm`) can also be called on their own.
+    """
+    obs = keras.Input(shape=(None, *config.network_input_shape), name="obs")
+    encoder = keras.Model(obs, _encoder(obs, config, image_model), name="encoder")
+    width = config.lstm_units if config.enable_lstm else config.dense_units
+    if config.input_type is not InputType.VALUES and not config.enable_lstm:
+        width = encoder.output_shape[-1]
+    features_in = keras.Input(shape=(None, width), name="features")
+    head = keras.Model(features_in, _head(features_in, config), name="head")
+    if not config.enable_lstm:
+        return keras.Model(obs, head(encoder(obs)), name=name)
+    mask = keras.Input(shape=(None,), dtype="bool", name="mask")
+    h_in = keras.Input(shape=(config.lstm_units,), name="h")
+    c_in = keras.Input(shape=(config.lstm_units,), name="c")
+    lstm = keras.layers.LSTM(
+        config.lstm_units, return_sequences=True, return_state=True, name="lstm"
+    )
+    out, h, c = lstm(encoder(obs), initial_state=[h_in, c_in], mask=mask)
+    return keras.Model([obs, mask, h_in, c_in], [head(out), h, c], name=name)
+
+
+class R2D2Network:
+    """A built model plus the call conventions the actor and learner share.
+
+    Args:
+        config: the agent's configuration.
+        image_model: encoder for image inputs (see `build_model`).
+        name: the Keras model's name.
+    """
+
+    def __init__(
+        self, config: R2D2Config, image_model: ImageModel | None = None, name: str = "r2d2"
+    ) -> None:
+        self.config = config
+        self.model = build_model(config, image_model, name)
+        self.encoder = self.model.get_layer("encoder")
+        self.head = self.model.get_layer("head")
+        self.lstm = self.model.get_layer("lstm") if config.enable_lstm else None
+
+    def unroll(self, obs: Any, state: State, mask: Any = None) -> tuple[Any, State]:
+        """Runs the network over a batch of sequences.
+
+        Args:
+            obs: (batch, time, input_sequence, *frame) tensor.
+            state: (h, c), each (batch, lstm_units); ignored without LSTM.
+            mask: optional (batch, time) bool; False steps keep the recurrent state.
+
+        Returns:
+            (q, state): Q-values (batch, time, nb_actions) and the final (h, c).
+        """
+        if not self.config.enable_lstm:
+            return self.model(obs), state
+        steps = obs.shape[1]
+        if steps is None or steps > MAX_STATIC_UNROLL:
+            if mask is None:
+                mask = tf.ones(tf.shape(obs)[:2], dtype=tf.bool)
+            q, h, c = self.model([obs, mask, state[0], state[1]])
+            return q, (h, c)
+        # Short sequences of known length: unroll the LSTM cell in the graph. On CPU this
+        # is much faster than the layer's while-loop (see benchmarks/RESULTS.md).
+        features = self.encoder(obs)
+        h, c = (tf.convert_to_tensor(s, tf.float32) for s in state)
+        outputs = []
+        for t in range(steps):
+            out, (h_new, c_new) = self.lstm.cell(features[:, t], [h, c])
+            if mask is None:
+                h, c = h_new, c_new
+            else:  # masked steps keep the previous state
+                keep = mask[:, t, None]
+                h, c = tf.where(keep, h_new, h), tf.where(keep, c_new, c)
+            outputs.append(h)
+        return self.head(tf.stack(outputs, axis=1)), (h, c)
+
+    def initial_state(self, batch_size: int) -> np.ndarray:
+        """Zero recurrent state, shape (batch_size, 2, lstm_units)."""
+        return np.zeros((batch_size, 2, self.config.lstm_units), np.float32)
+
+    def get_weights(self) -> list[np.ndarray]:
+        """All weights as numpy arrays, in Keras order."""
+        return self.model.get_weights()
+
+    def set_weights(self, weights: list[np.ndarray]) -> None:
+        """Sets all weights (same order as `get_weights`)."""
+        self.model.set_weights(weights)

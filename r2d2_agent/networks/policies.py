@@ -1,0 +1,72 @@
+"""Acting policies: a one-step Q-network with carried recurrent state, numpy in and out.
+
+Two implementations run the same weights: `NumpyNetwork` (value inputs; no TensorFlow, so
+actor processes that use it never load TensorFlow) and `KerasPolicy` (any network, through
+a compiled `tf.function`). `r2d2_agent.roles.builder.R2D2Builder.make_policy` picks one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from r2d2_agent.config import R2D2Config
+from r2d2_agent.image_models import ImageModel
+
+__all__ = ["KerasPolicy", "Policy"]
+
+
+class Policy(Protocol):
+    """One-step Q-network with carried state, numpy in and numpy out."""
+
+    def step(self, obs: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Runs one time step for a batch.
+
+        Args:
+            obs: `(batch, input_sequence, *frame)` stacked frames.
+            state: `(batch, 2, lstm_units)` recurrent state (ignored without LSTM).
+
+        Returns:
+            `(q, next_state)`: Q-values `(batch, nb_actions)` and the next state.
+        """
+        ...
+
+    def set_weights(self, weights: list[np.ndarray]) -> None:
+        """Sets the network weights, in Keras `get_weights()` order."""
+        ...
+
+
+class KerasPolicy:
+    """`Policy` running the Keras model through a compiled `tf.function`.
+
+    Args:
+        config: The agent's configuration.
+        image_model: Encoder for image inputs (`DQNImageModel` when None).
+    """
+
+    def __init__(self, config: R2D2Config, image_model: ImageModel | None = None) -> None:
+        from r2d2_agent.compat import tf
+        from r2d2_agent.networks.keras_net import R2D2Network
+
+        self.config = config
+        self.network = R2D2Network(config, image_model, name="actor")
+        spec = [
+            tf.TensorSpec((None, *config.network_input_shape), tf.float32),
+            tf.TensorSpec((None, 2, config.lstm_units), tf.float32),
+        ]
+
+        def _step(obs: Any, state: Any) -> tuple[Any, Any]:
+            q, (h, c) = self.network.unroll(obs[:, None], (state[:, 0], state[:, 1]))
+            return q[:, 0], tf.stack([h, c], axis=1)
+
+        self._step = tf.function(_step, input_signature=spec)
+
+    def step(self, obs: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """See `Policy.step`."""
+        q, state = self._step(np.asarray(obs, np.float32), np.asarray(state, np.float32))
+        return q.numpy(), state.numpy()
+
+    def set_weights(self, weights: list[np.ndarray]) -> None:
+        """See `Policy.set_weights`."""
+        self.network.set_weights(weights)

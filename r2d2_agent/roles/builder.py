@@ -1,0 +1,159 @@
+"""`R2D2Builder`: the one place where an `R2D2Config` becomes components.
+
+The single-process agent, every actor and learner process, the manager's test agent and
+its evaluation all build their policy, adder, replay, learner and actor here (as Acme's
+`builder.py`). The builder is a small frozen dataclass of plain data, so it can also cross
+a process boundary as the factory of a role's components.
+
+Importing this module does not import TensorFlow: `make_learner`, and `make_policy` for
+networks the numpy forward pass cannot run, import it when called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from r2d2_agent.config import R2D2Config
+from r2d2_agent.image_models import ImageModel
+from r2d2_agent.math import apex_epsilon
+from r2d2_agent.networks.numpy_net import NumpyNetwork, supports_numpy
+from r2d2_agent.networks.policies import KerasPolicy, Policy
+from r2d2_agent.replay.adder import SequenceAdder, Sink
+from r2d2_agent.replay.layout import SequenceLayout
+from r2d2_agent.replay.prioritized import PrioritizedSequenceReplay
+from r2d2_agent.roles.actor import R2D2Actor
+
+if TYPE_CHECKING:
+    from r2d2_agent.roles.learner import R2D2Learner
+
+__all__ = ["R2D2Builder", "resolve_use_numpy"]
+
+
+def resolve_use_numpy(
+    config: R2D2Config, image_model: ImageModel | None = None, use_numpy: bool | None = None
+) -> bool:
+    """Whether to act with the numpy forward pass.
+
+    Args:
+        config: The agent's configuration.
+        image_model: Encoder for image inputs (rules the numpy pass out).
+        use_numpy: Force (True) or forbid (False) it; None picks it whenever possible.
+
+    Raises:
+        ValueError: If it is forced but the network is not a value-input network.
+    """
+    possible = image_model is None and supports_numpy(config)
+    if use_numpy and not possible:
+        raise ValueError("use_numpy_policy=True needs InputType.VALUES and no image_model")
+    return possible if use_numpy is None else bool(use_numpy)
+
+
+@dataclass(frozen=True)
+class R2D2Builder:
+    """Builds R2D2's components from a configuration.
+
+    Attributes:
+        config: The agent's configuration.
+        image_model: Encoder for image inputs; `DQNImageModel` when None.
+        observation_dtype: Storage dtype of observations in sequences and replay.
+        use_numpy_policy: Act with the numpy forward pass (resolved on construction:
+            None becomes True whenever the network allows it).
+
+    Raises:
+        ValueError: If the numpy policy is forced on a network it cannot run.
+    """
+
+    config: R2D2Config
+    image_model: ImageModel | None = None
+    observation_dtype: np.dtype = field(default=np.dtype(np.float32))
+    use_numpy_policy: bool | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "observation_dtype", np.dtype(self.observation_dtype))
+        resolved = resolve_use_numpy(self.config, self.image_model, self.use_numpy_policy)
+        object.__setattr__(self, "use_numpy_policy", resolved)
+
+    @property
+    def layout(self) -> SequenceLayout:
+        """The layout of the training sequences."""
+        return SequenceLayout.from_config(self.config, self.observation_dtype)
+
+    def actor_epsilon(self, index: int, nb_actors: int) -> float:
+        """Exploration rate of actor `index` of `nb_actors` (Ape-X schedule).
+
+        Args:
+            index: The actor's index in `[0, nb_actors)`.
+            nb_actors: Number of actors.
+        """
+        return apex_epsilon(index, nb_actors, self.config.epsilon, self.config.epsilon_alpha)
+
+    def make_policy(self) -> Policy:
+        """The acting network: numpy for value inputs (no TensorFlow), Keras otherwise."""
+        if self.use_numpy_policy:
+            return NumpyNetwork(self.config)
+        return KerasPolicy(self.config, self.image_model)
+
+    def make_adder(self, sink: Sink) -> SequenceAdder:
+        """A `SequenceAdder` shaped by the config that hands sequences to `sink`."""
+        return SequenceAdder(
+            sink,
+            self.layout,
+            gamma=self.config.gamma,
+            priority_eta=self.config.priority_eta,
+            rescaling=self.config.enable_rescaling,
+            double_q=self.config.enable_double_dqn,
+        )
+
+    def make_actor(
+        self, policy: Policy, adder: SequenceAdder | None, epsilon: float, seed: int | None
+    ) -> R2D2Actor:
+        """An actor acting with `policy` and recording into `adder` (None: play only).
+
+        Args:
+            policy: The acting network (`make_policy`).
+            adder: Where transitions go; None for evaluation.
+            epsilon: The actor's exploration rate.
+            seed: Seed of its exploration randomness.
+        """
+        return R2D2Actor(self.config, policy, adder, epsilon, seed)
+
+    def make_replay(self) -> PrioritizedSequenceReplay:
+        """An empty prioritized replay of `config.memory_capacity` sequences."""
+        return PrioritizedSequenceReplay(
+            self.config.memory_capacity,
+            self.layout.field_spec(),
+            self.config.priority_exponent,
+            seed=self.config.seed,
+        )
+
+    def make_optimizer(self) -> Any:
+        """Adam with the config's learning rate, epsilon and gradient-norm clip."""
+        from r2d2_agent.compat import keras
+
+        kwargs = {} if self.config.clipnorm is None else {"global_clipnorm": self.config.clipnorm}
+        return keras.optimizers.Adam(
+            learning_rate=self.config.learning_rate, epsilon=self.config.adam_epsilon, **kwargs
+        )
+
+    def make_learner(
+        self, optimizer: Any = None, replay: PrioritizedSequenceReplay | None = None
+    ) -> R2D2Learner:
+        """A learner with fresh online and target networks (imports TensorFlow).
+
+        Args:
+            optimizer: A Keras optimizer; `make_optimizer()` when None.
+            replay: The replay to learn from; `make_replay()` when None.
+        """
+        from r2d2_agent.networks.keras_net import R2D2Network
+        from r2d2_agent.roles.learner import R2D2Learner
+
+        return R2D2Learner(
+            self.config,
+            online=R2D2Network(self.config, self.image_model, name="online"),
+            target=R2D2Network(self.config, self.image_model, name="target"),
+            optimizer=optimizer if optimizer is not None else self.make_optimizer(),
+            replay=replay if replay is not None else self.make_replay(),
+        )

@@ -1,0 +1,194 @@
+"""`R2D2Learner`: prioritized sequence replay in, one compiled update per batch.
+
+The learner does not know whether it runs beside the actor in one process or alone in a
+learner process: it takes finished sequences through `add`, trains with `step`, and hands
+out weights with `get_weights`. `R2D2Builder.make_learner` builds it from a config.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from r2d2_agent.compat import keras, tf
+from r2d2_agent.config import R2D2Config
+from r2d2_agent.math import importance_weights, linear_schedule, tf_ops
+from r2d2_agent.networks.keras_net import R2D2Network
+from r2d2_agent.replay.prioritized import PrioritizedSequenceReplay
+
+__all__ = ["METRIC_NAMES", "R2D2Learner"]
+
+logger = logging.getLogger(__name__)
+
+METRIC_NAMES = ("loss", "mean_q", "mean_priority")
+"""Metrics of one learner update, in `R2D2Agent.metrics_names` order."""
+
+
+class R2D2Learner:
+    """Holds the online and target networks, the optimizer and the replay.
+
+    Args:
+        config: The agent's configuration.
+        online: The network being trained.
+        target: The target network (same architecture); it gets the online weights now
+            and every `config.target_update_interval` updates.
+        optimizer: A Keras optimizer.
+        replay: The prioritized replay the learner samples from.
+    """
+
+    def __init__(
+        self,
+        config: R2D2Config,
+        online: R2D2Network,
+        target: R2D2Network,
+        optimizer: keras.optimizers.Optimizer,
+        replay: PrioritizedSequenceReplay,
+    ) -> None:
+        self.config = config
+        self.online = online
+        self.target = target
+        self.optimizer = optimizer
+        self.replay = replay
+        self.updates = 0
+        self.last_metrics: dict[str, float] = {}
+        self._train = tf.function(self._train_graph, reduce_retracing=True)
+        self._copy = tf.function(self._copy_graph)
+        self.update_target()
+
+    # Data in / weights out -----------------------------------------------------------
+
+    def add(self, sequence: dict[str, np.ndarray], priority: float) -> None:
+        """Stores one finished sequence with its initial priority."""
+        self.replay.add(sequence, priority)
+
+    @property
+    def ready(self) -> bool:
+        """Whether replay holds enough sequences (`config.warmup`) to train."""
+        return len(self.replay) >= self.config.warmup
+
+    def get_weights(self) -> list[np.ndarray]:
+        """The online network's weights."""
+        return self.online.get_weights()
+
+    def set_weights(self, weights: list[np.ndarray]) -> None:
+        """Sets the online and the target network's weights."""
+        self.online.set_weights(weights)
+        self.update_target()
+
+    def update_target(self) -> None:
+        """Copies the online weights into the target network."""
+        self._copy()
+
+    @property
+    def beta(self) -> float:
+        """Current importance-sampling exponent, annealed from β0 to 1."""
+        return linear_schedule(
+            self.config.is_exponent, 1.0, self.config.is_anneal_updates, self.updates
+        )
+
+    # The update -----------------------------------------------------------------------
+
+    def step(self) -> dict[str, float]:
+        """One learner update: sample, train, update priorities, maybe copy the target.
+
+        Returns:
+            Metrics named as in `METRIC_NAMES`.
+
+        Raises:
+            RuntimeError: if replay holds fewer than `config.warmup` sequences.
+        """
+        if not self.ready:
+            raise RuntimeError(
+                f"replay holds {len(self.replay)} sequences, fewer than "
+                f"the warm-up of {self.config.warmup}"
+            )
+        indices, batch, probabilities = self.replay.sample(self.config.batch_size)
+        weights = importance_weights(probabilities, len(self.replay), self.beta)
+        loss, priorities, mean_q = self._train(
+            batch["obs"],
+            batch["burnin_mask"],
+            batch["state"],
+            batch["actions"],
+            batch["returns"],
+            batch["bootstrap_discount"],
+            batch["bootstrap_index"],
+            batch["mask"],
+            weights.astype(np.float32),
+        )
+        priorities = priorities.numpy()
+        self.replay.update_priorities(indices, priorities)
+        self.updates += 1
+        if self.updates % self.config.target_update_interval == 0:
+            self.update_target()
+        self.last_metrics = {
+            "loss": float(loss),
+            "mean_q": float(mean_q),
+            "mean_priority": float(priorities.mean()),
+        }
+        return self.last_metrics
+
+    def _copy_graph(self) -> None:
+        pairs = zip(self.target.model.weights, self.online.model.weights, strict=True)
+        for target, online in pairs:
+            target.assign(online)
+
+    def _train_graph(
+        self,
+        obs: Any,
+        burnin_mask: Any,
+        state: Any,
+        actions: Any,
+        returns: Any,
+        bootstrap_discount: Any,
+        bootstrap_index: Any,
+        mask: Any,
+        weights: Any,
+    ) -> tuple[Any, Any, Any]:
+        """All B sequences at once: burn-in without gradient, then L + n steps with it."""
+        cfg = self.config
+        b = cfg.burnin
+        obs = tf.cast(obs, tf.float32)
+        mask = tf.cast(mask, tf.float32)
+        online_state = target_state = (state[:, 0], state[:, 1])
+        if cfg.enable_lstm and b > 0:
+            # 1. Burn-in: both networks start from the stored state and unroll the first b
+            #    steps; left padding (before the episode start) is masked, so the state
+            #    stays the stored one there. No gradient flows into the burn-in.
+            burn_obs, burn_mask = obs[:, :b], burnin_mask > 0.5
+            _, online_state = self.online.unroll(burn_obs, online_state, burn_mask)
+            _, target_state = self.target.unroll(burn_obs, target_state, burn_mask)
+            online_state = tuple(tf.stop_gradient(s) for s in online_state)
+        trained_obs = obs[:, b:]  # (B, L + n, ...): trained steps plus look-ahead
+        # 2. Target network over the trained steps and the n look-ahead observations.
+        q_target_all, _ = self.target.unroll(trained_obs, target_state)
+        with tf.GradientTape() as tape:
+            # 3. Online network over the same steps, with gradient.
+            q_online_all, _ = self.online.unroll(trained_obs, online_state)
+            q_online = q_online_all[:, : cfg.input_length]
+            q_taken = tf.gather(q_online, actions, batch_dims=2)
+            # 4. Double-Q n-step target at the bootstrap observation s_{t+K}, rescaled:
+            #    y = h(R + γ^K (1 - d) h⁻¹(Q_target(s', argmax_a Q_online(s', a)))).
+            q_boot_online = tf.gather(q_online_all, bootstrap_index, batch_dims=1)
+            q_boot_target = tf.gather(q_target_all, bootstrap_index, batch_dims=1)
+            y = tf.stop_gradient(
+                tf_ops.n_step_targets(
+                    returns,
+                    bootstrap_discount,
+                    q_boot_online,
+                    q_boot_target,
+                    cfg.enable_double_dqn,
+                    cfg.enable_rescaling,
+                )
+            )
+            td = y - q_taken
+            # 5. Importance weights scale each sequence's mean step loss.
+            loss = tf_ops.sequence_loss(td, mask, weights, cfg.loss)
+        variables = self.online.model.trainable_variables
+        grads = tape.gradient(loss, variables)
+        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        # 6. New priorities: η · max|δ| + (1 - η) · mean|δ| over the valid steps.
+        priorities = tf_ops.sequence_priorities(td, mask, cfg.priority_eta)
+        mean_q = tf.reduce_sum(q_taken * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+        return loss, priorities, mean_q
