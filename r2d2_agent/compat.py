@@ -1,13 +1,13 @@
 """Make keras-rl2 1.0.5 importable on current TensorFlow (2.16+) through tf-keras.
 
-keras-rl2 is written against Keras 2. Since TF 2.16 ``tensorflow.keras`` is Keras 3 unless
-``TF_USE_LEGACY_KERAS=1`` is set *before* TensorFlow is imported, in which case it routes to the
-``tf_keras`` package. This module sets that variable, checks that it took effect, adds the single
-attribute keras-rl needs (``tensorflow.keras.__version__``) and imports the keras-rl modules the
-package uses. It never imports ``rl.agents``: that package calls
-``tf.compat.v1.disable_eager_execution()`` for the whole process.
+keras-rl2 is written against Keras 2. Since TF 2.16 `tensorflow.keras` is Keras 3 unless
+`TF_USE_LEGACY_KERAS=1` is set *before* TensorFlow is imported, in which case it routes to the
+`tf_keras` package. This module sets that variable, checks that it took effect, adds the single
+attribute keras-rl needs (`tensorflow.keras.__version__`) and imports the keras-rl modules the
+package uses. It never imports `rl.agents`: that package calls
+`tf.compat.v1.disable_eager_execution()` for the whole process.
 
-Everything else in :mod:`r2d2_agent` should take TensorFlow, Keras and keras-rl from here::
+Everything else in `r2d2_agent` should take TensorFlow, Keras and keras-rl from here::
 
     from r2d2_agent.compat import keras, rl_callbacks, rl_core, tf
 """
@@ -99,13 +99,13 @@ def enable_gpu_memory_growth() -> int:
 
 
 def set_global_seed(seed: int) -> None:
-    """Seed Python's ``random``, NumPy's global generator and TensorFlow's global seed.
+    """Seed Python's `random`, NumPy's global generator and TensorFlow's global seed.
 
     Args:
         seed: Non-negative integer seed.
 
     Raises:
-        ValueError: If ``seed`` is negative.
+        ValueError: If `seed` is negative.
     """
     seed = int(seed)
     if seed < 0:

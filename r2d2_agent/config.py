@@ -17,10 +17,10 @@ class InputType(enum.Enum):
     """How one observation frame is turned into a network input.
 
     Attributes:
-        VALUES: no image; a frame of any shape is flattened.
-        GRAY_2ch: a grayscale image frame of shape (H, W); stacked frames become channels.
-        GRAY_3ch: a grayscale image frame of shape (H, W, 1); stacked frames become channels.
-        COLOR: a colour image frame of shape (H, W, C); stacked frames are concatenated on
+        VALUES: No image; a frame of any shape is flattened.
+        GRAY_2ch: A grayscale image frame of shape (H, W); stacked frames become channels.
+        GRAY_3ch: A grayscale image frame of shape (H, W, 1); stacked frames become channels.
+        COLOR: A colour image frame of shape (H, W, C); stacked frames are concatenated on
             the channel axis.
     """
 
@@ -34,11 +34,11 @@ def check_frame_shape(input_type: InputType, input_shape: tuple[int, ...]) -> No
     """Checks that a frame shape fits an input type.
 
     Args:
-        input_type: the InputType of the frame.
-        input_shape: the shape of one observation frame.
+        input_type: The InputType of the frame.
+        input_shape: The shape of one observation frame.
 
     Raises:
-        ValueError: naming both the shape and the input type when they do not fit.
+        ValueError: Naming both the shape and the input type when they do not fit.
     """
     ndim = len(input_shape)
     ok = {
@@ -69,56 +69,59 @@ class R2D2Config:
     """
 
     input_shape: tuple[int, ...]
-    """Shape of one observation frame, as the env returns it."""
+    """Shape of one observation frame as the env returns it (array dimensions)."""
     nb_actions: int
-    """Number of discrete actions (the size of a `Discrete` action space)."""
+    """Number of discrete actions (the `n` of a `Discrete` action space)."""
     input_type: InputType = InputType.VALUES
     """How a frame is fed to the network (see `InputType`)."""
     input_sequence: int = 1
-    """Past frames stacked into one network input (1 = no stacking)."""
+    """Past frames stacked into one network input, in frames (1 = no stacking)."""
     lstm_units: int = 512
-    """LSTM width; 0 means no LSTM (a plain feed-forward DQN head)."""
+    """LSTM width, in units; 0 means no LSTM (a plain feed-forward DQN head)."""
     dense_units: int = 512
-    """Width of the dense layer before the LSTM (VALUES input) and of the dueling streams."""
+    """Width, in units, of the dense layer before the LSTM (VALUES input) and of the
+    dueling streams."""
     enable_dueling: bool = True
-    """Dueling head: Q = V + A - mean(A)."""
+    """Switch: dueling head, Q = V + A - mean(A)."""
     enable_double_dqn: bool = True
-    """Double-Q targets: the online net picks the bootstrap action, the target net rates it."""
+    """Switch: double-Q targets (the online net picks the bootstrap action, the target net
+    rates it)."""
     enable_rescaling: bool = True
-    """Value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + 1e-3 x (Pohlen et al. 2018)."""
+    """Switch: value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + 1e-3 x (Pohlen et al. 2018)."""
     multisteps: int = 5
     """n of the n-step return, in env steps."""
     burnin: int = 40
-    """Burn-in steps per sequence (env steps), unrolled without gradient."""
+    """Burn-in per sequence, in env steps, unrolled without gradient."""
     input_length: int = 80
-    """Trained steps per sequence (env steps)."""
+    """Trained steps per sequence, in env steps."""
     sequence_period: int | None = None
     """Env steps between the starts of adjacent sequences; None means input_length // 2
     (the paper's overlap of half a sequence)."""
     gamma: float = 0.997
-    """Discount per env step."""
+    """Discount per env step, in [0, 1]."""
     batch_size: int = 64
-    """Sequences per learner update."""
+    """Sequences per learner update (a batch of sequences)."""
     memory_capacity: int = 100_000
     """Replay capacity, in sequences."""
     memory_warmup: int | None = None
     """Sequences in replay before the first learner update; None means batch_size."""
     priority_exponent: float = 0.9
-    """α of prioritized replay: P(i) = p_i^α / Σ p^α."""
+    """α of prioritized replay, P(i) = p_i^α / Σ p^α (dimensionless, >= 0; 0 = uniform)."""
     is_exponent: float = 0.6
-    """β0, the importance-sampling exponent at the first learner update."""
+    """β0, the importance-sampling exponent at the first learner update (dimensionless,
+    in [0, 1])."""
     is_anneal_updates: int = 100_000
     """Learner updates over which β anneals linearly from β0 to 1."""
     priority_eta: float = 0.9
-    """η of the sequence priority η·max|δ| + (1-η)·mean|δ|."""
+    """η of the sequence priority η·max|δ| + (1-η)·mean|δ| (dimensionless, in [0, 1])."""
     learning_rate: float = 1e-4
-    """Adam learning rate."""
+    """Adam learning rate (step size per learner update)."""
     adam_epsilon: float = 1e-3
-    """Adam ε (the paper's 1e-3)."""
+    """Adam ε (dimensionless; the paper's 1e-3)."""
     clipnorm: float | None = 40.0
-    """Global gradient-norm clip; None disables it."""
+    """Global gradient-norm clip (an L2 norm over all gradients); None disables it."""
     loss: str = "huber"
-    """Per-step TD loss: "huber" (δ = 1) or "mse"."""
+    """Per-step TD loss: "huber" (δ = 1) or "mse" (a name)."""
     target_update_interval: int = 2500
     """Learner updates between copies of the online weights into the target network."""
     train_interval: int = 4
@@ -126,13 +129,14 @@ class R2D2Config:
     actor_sync_interval: int = 400
     """Env steps between an actor's pulls of the learner's weights."""
     epsilon: float = 0.4
-    """Base ε of the Ape-X schedule ε_i = ε^(1 + α·i/(N-1))."""
+    """Base ε of the Ape-X schedule ε_i = ε^(1 + α·i/(N-1)): a probability of a random
+    action per env step, in [0, 1]."""
     epsilon_alpha: float = 7.0
-    """Exponent α of the Ape-X ε schedule."""
+    """Exponent α of the Ape-X ε schedule (dimensionless, >= 0)."""
     test_epsilon: float = 0.0
-    """ε used by `R2D2Agent.test` (0 = greedy)."""
+    """ε of `R2D2Agent.test` and evaluations, a probability in [0, 1] (0 = greedy)."""
     seed: int | None = None
-    """Global seed; actor i uses seed + i. None draws fresh randomness."""
+    """Global seed (an int >= 0); actor i uses seed + i. None draws fresh randomness."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_shape", tuple(int(d) for d in self.input_shape))

@@ -38,7 +38,7 @@ def cartpole_config(**overrides: Any) -> R2D2Config:
     """R2D2 for gymnasium's `CartPole-v1` (observation (4,), 2 actions).
 
     Args:
-        **overrides: any `R2D2Config` field.
+        **overrides: Any `R2D2Config` field.
     """
     return R2D2Config(**{**_CARTPOLE, **overrides})
 
@@ -48,6 +48,6 @@ def masked_cartpole_config(**overrides: Any) -> R2D2Config:
     (2,): cart position and pole angle only), which needs the LSTM's memory.
 
     Args:
-        **overrides: any `R2D2Config` field.
+        **overrides: Any `R2D2Config` field.
     """
     return R2D2Config(**{**_CARTPOLE, **_MASKED, **overrides})

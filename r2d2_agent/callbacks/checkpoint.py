@@ -20,9 +20,9 @@ class CheckpointCallback(R2D2Callback):
 
     Args:
         filepath: HDF5 file to write.
-        interval: env steps (agent) or learner updates (manager) between saves.
-        load_path: weights to load before training starts; None loads nothing.
-        save_at_end: also save when training ends.
+        interval: Env steps (agent) or learner updates (manager) between saves.
+        load_path: Weights to load before training starts; None loads nothing.
+        save_at_end: Also save when training ends.
     """
 
     def __init__(

@@ -18,8 +18,8 @@ class TensorBoardCallback(R2D2Callback):
     """Writes training scalars for TensorBoard.
 
     Args:
-        logdir: run folder, e.g. `runs/CartPole-v1__r2d2__0__<time>`.
-        interval: env steps (agent) or learner updates (learner) between loss summaries.
+        logdir: Run folder, e.g. `runs/CartPole-v1__r2d2__0__<time>`.
+        interval: Env steps (agent) or learner updates (learner) between loss summaries.
     """
 
     def __init__(self, logdir: str, interval: int = 100) -> None:

@@ -69,8 +69,8 @@ class ProgressBar:
     """A tqdm bar over env steps.
 
     Args:
-        total: env steps to reach (None: no total).
-        enabled: show the bar when stderr is a terminal; False: never.
+        total: Env steps to reach (None: no total).
+        enabled: Show the bar when stderr is a terminal; False: never.
     """
 
     def __init__(self, total: int | None, enabled: bool) -> None:

@@ -20,11 +20,11 @@ def check_env_spaces(
     """Check that an environment's spaces are usable by R2D2.
 
     Args:
-        observation_space: Must be a non-scalar ``gymnasium.spaces.Box``.
-        action_space: Must be a ``gymnasium.spaces.Discrete`` starting at 0.
+        observation_space: Must be a non-scalar `gymnasium.spaces.Box`.
+        action_space: Must be a `gymnasium.spaces.Discrete` starting at 0.
 
     Returns:
-        ``(observation_shape, nb_actions)``.
+        `(observation_shape, nb_actions)`.
 
     Raises:
         ValueError: If a space is not supported; the message names the space.

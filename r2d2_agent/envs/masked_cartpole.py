@@ -1,6 +1,6 @@
 """A partially observable CartPole for tests, examples and benchmarks.
 
-Importing this module registers the Gymnasium id ``"r2d2_agent/MaskedCartPole-v1"``:
+Importing this module registers the Gymnasium id `"r2d2_agent/MaskedCartPole-v1"`:
 CartPole-v1 with only the cart position and pole angle observed (both velocities dropped), a
 partially observable task that a recurrent agent can solve and a feed-forward one cannot.
 """
@@ -23,7 +23,7 @@ __all__ = [
 
 MASKED_CARTPOLE_ID = "r2d2_agent/MaskedCartPole-v1"
 
-#: Indices of CartPole's observation kept by :class:`MaskedCartPole` (position, angle).
+#: Indices of CartPole's observation kept by `MaskedCartPole` (position, angle).
 KEPT_INDICES = (0, 2)
 
 
@@ -31,10 +31,10 @@ class MaskedCartPole(gym.ObservationWrapper):
     """CartPole observing only cart position and pole angle (indices 0 and 2).
 
     Args:
-        env: A CartPole environment (observation ``Box`` of shape ``(4,)``).
+        env: A CartPole environment (observation `Box` of shape `(4,)`).
 
     Raises:
-        ValueError: If the observation space is not a ``Box`` of shape ``(4,)``.
+        ValueError: If the observation space is not a `Box` of shape `(4,)`.
     """
 
     def __init__(self, env: gym.Env) -> None:
@@ -55,12 +55,12 @@ class MaskedCartPole(gym.ObservationWrapper):
 
 
 def make_masked_cartpole(**kwargs: Any) -> gym.Env:
-    """Create ``MaskedCartPole(gym.make("CartPole-v1", **kwargs))``.
+    """Create `MaskedCartPole(gym.make("CartPole-v1", **kwargs))`.
 
-    Module-level, so ``functools.partial(make_masked_cartpole, ...)`` pickles.
+    Module-level, so `functools.partial(make_masked_cartpole, ...)` pickles.
 
     Args:
-        **kwargs: Forwarded to ``gymnasium.make`` (e.g. ``render_mode``, ``max_episode_steps``).
+        **kwargs: Forwarded to `gymnasium.make` (e.g. `render_mode`, `max_episode_steps`).
 
     Returns:
         The masked environment.
@@ -69,7 +69,7 @@ def make_masked_cartpole(**kwargs: Any) -> gym.Env:
 
 
 def register_envs() -> None:
-    """Register ``"r2d2_agent/MaskedCartPole-v1"`` with Gymnasium (idempotent; runs on import)."""
+    """Register `"r2d2_agent/MaskedCartPole-v1"` with Gymnasium (idempotent; runs on import)."""
     if MASKED_CARTPOLE_ID not in gym.registry:
         gym.register(
             id=MASKED_CARTPOLE_ID,

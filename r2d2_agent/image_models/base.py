@@ -26,7 +26,7 @@ class ImageModel(abc.ABC):
 
         Args:
             c: Keras tensor, (batch, H, W, ch) or, with `enable_lstm`, (batch, time, H, W, ch).
-            enable_lstm: whether the tensor carries a time axis.
+            enable_lstm: Whether the tensor carries a time axis.
 
         Returns:
             A Keras tensor of shape (batch, dim), or (batch, time, dim) with `enable_lstm`.

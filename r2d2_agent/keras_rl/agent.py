@@ -224,7 +224,7 @@ class R2D2Agent(rl_core.Agent):
             env: A Gymnasium env or a `GymnasiumEnv`.
             nb_steps: Training env steps (agent steps, action repeats counted once).
             action_repetition: Env steps per agent step.
-            callbacks: keras-rl callbacks.
+            callbacks: Keras-rl callbacks.
             verbose: 0 silent, 1 interval logs, 2 episode logs.
             visualize: Render the env after each action.
             nb_max_start_steps: Up to this many random actions after each reset.

@@ -32,14 +32,14 @@ def train_until_solved(
     evaluation whose mean return reaches `threshold`.
 
     Args:
-        agent: a compiled `R2D2Agent`.
-        make_env: zero-argument callable returning a gymnasium env.
-        nb_steps: training budget in env steps.
-        eval_interval: env steps between evaluations.
-        eval_episodes: episodes per evaluation.
-        threshold: mean return that counts as solved.
-        eval_seed: seed of the evaluation env's first reset.
-        stop_when_solved: stop training at the first solve.
+        agent: A compiled `R2D2Agent`.
+        make_env: Zero-argument callable returning a gymnasium env.
+        nb_steps: Training budget in env steps.
+        eval_interval: Env steps between evaluations.
+        eval_episodes: Episodes per evaluation.
+        threshold: Mean return that counts as solved.
+        eval_seed: Seed of the evaluation env's first reset.
+        stop_when_solved: Stop training at the first solve.
 
     Returns:
         A dict with `solved_at` (env steps, or None), `solved_wall_s`, `evals` (list of

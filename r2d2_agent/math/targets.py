@@ -96,7 +96,7 @@ def n_step_targets(
     0, even for non-finite Q-values.
 
     Args:
-        returns: n-step returns `G`, shape `S`.
+        returns: N-step returns `G`, shape `S`.
         bootstrap_discount: `D`, shape `S`.
         q_bootstrap_online: Online network `Q(s', .)`, shape `(*S, A)`.
         q_bootstrap_target: Target network `Q(s', .)`, shape `(*S, A)`.

@@ -93,10 +93,10 @@ def build_model(
     """Builds the Keras model described in the module docstring.
 
     Args:
-        config: the agent's configuration.
-        image_model: encoder for image inputs; `DQNImageModel` when None. Ignored for
+        config: The agent's configuration.
+        image_model: Encoder for image inputs; `DQNImageModel` when None. Ignored for
             `InputType.VALUES`.
-        name: the model's name.
+        name: The model's name.
 
     Returns:
         An uncompiled `keras.Model` whose sub-models `encoder` and `head` (and layer
@@ -125,9 +125,9 @@ class R2D2Network:
     """A built model plus the call conventions the actor and learner share.
 
     Args:
-        config: the agent's configuration.
-        image_model: encoder for image inputs (see `build_model`).
-        name: the Keras model's name.
+        config: The agent's configuration.
+        image_model: Encoder for image inputs (see `build_model`).
+        name: The Keras model's name.
     """
 
     def __init__(
@@ -145,7 +145,7 @@ class R2D2Network:
         Args:
             obs: (batch, time, input_sequence, *frame) tensor.
             state: (h, c), each (batch, lstm_units); ignored without LSTM.
-            mask: optional (batch, time) bool; False steps keep the recurrent state.
+            mask: Optional (batch, time) bool; False steps keep the recurrent state.
 
         Returns:
             (q, state): Q-values (batch, time, nb_actions) and the final (h, c).

@@ -27,7 +27,7 @@ def weight_layout(config: R2D2Config) -> list[tuple[str, tuple[int, ...]]]:
     """Names and shapes of the model's weights, in Keras `get_weights()` order.
 
     Args:
-        config: a configuration with `InputType.VALUES`.
+        config: A configuration with `InputType.VALUES`.
 
     Returns:
         A list of (name, shape); the test suite checks it against the Keras model.
@@ -77,8 +77,8 @@ class NumpyNetwork:
     """Batched one-step forward pass with carried LSTM state, in float32 numpy.
 
     Args:
-        config: a configuration with `InputType.VALUES`.
-        weights: optional initial weights in Keras order (see `weight_layout`).
+        config: A configuration with `InputType.VALUES`.
+        weights: Optional initial weights in Keras order (see `weight_layout`).
     """
 
     def __init__(self, config: R2D2Config, weights: Sequence[np.ndarray] | None = None) -> None:

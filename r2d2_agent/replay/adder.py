@@ -104,10 +104,10 @@ class SequenceAdder:
         self._active = False
 
     def add_first(self, observation: np.ndarray) -> None:
-        """Starts an episode at ``s_0``.
+        """Starts an episode at `s_0`.
 
         Raises:
-            RuntimeError: If an episode is in progress (call :meth:`reset` first).
+            RuntimeError: If an episode is in progress (call `reset` first).
             ValueError: If the observation has the wrong shape.
         """
         if self._active:
@@ -127,24 +127,24 @@ class SequenceAdder:
         q_values: np.ndarray,
         next_q_values: np.ndarray | None = None,
     ) -> None:
-        """Records the transition ``(s_t, a_t, r_t, s_{t+1})``.
+        """Records the transition `(s_t, a_t, r_t, s_{t+1})`.
 
         Args:
-            action: ``a_t``, chosen on ``s_t``.
-            reward: ``r_t``.
-            next_observation: ``s_{t+1}`` (the final observation if the episode ends).
-            terminated: The episode terminated at ``s_{t+1}`` (wins over truncated).
-            truncated: The episode was cut off at ``s_{t+1}``.
-            state: ``(2, state_size)`` recurrent state before processing ``s_t``
-                (``None`` allowed when ``state_size == 0``).
-            q_values: ``Q(s_t, .)`` computed when acting, shape ``(nb_actions,)``.
-            next_q_values: ``Q(s_{t+1}, .)`` if known. Needed for an exact initial
+            action: `a_t`, chosen on `s_t`.
+            reward: `r_t`.
+            next_observation: `s_{t+1}` (the final observation if the episode ends).
+            terminated: The episode terminated at `s_{t+1}` (wins over truncated).
+            truncated: The episode was cut off at `s_{t+1}`.
+            state: `(2, state_size)` recurrent state before processing `s_t`
+                (`None` allowed when `state_size == 0`).
+            q_values: `Q(s_t, .)` computed when acting, shape `(nb_actions,)`.
+            next_q_values: `Q(s_{t+1}, .)` if known. Needed for an exact initial
                 priority at the last step of a truncated episode; if omitted
-                there, ``q_values`` stands in for it (irrelevant on termination,
+                there, `q_values` stands in for it (irrelevant on termination,
                 where the bootstrap discount is 0).
 
         Raises:
-            RuntimeError: If no episode is in progress (``add_first`` first).
+            RuntimeError: If no episode is in progress (`add_first` first).
             ValueError: On shapes that do not match the configuration.
         """
         if not self._active:
@@ -198,7 +198,7 @@ class SequenceAdder:
         return obs
 
     def _check_q(self, name: str, q_values: np.ndarray) -> np.ndarray:
-        """Copies q values to float64, checking ``(nb_actions,)`` consistency."""
+        """Copies q values to float64, checking `(nb_actions,)` consistency."""
         q = np.array(q_values, dtype=np.float64)
         if q.ndim != 1 or q.shape[0] < 1 or q.shape[0] != (self._nb_actions or q.shape[0]):
             raise ValueError(
@@ -208,10 +208,10 @@ class SequenceAdder:
         return q
 
     def _emit(self, start: int, end: int | None, terminated: bool) -> None:
-        """Builds the window starting at step ``start`` and hands it to the sink.
+        """Builds the window starting at step `start` and hands it to the sink.
 
-        ``end`` is ``E`` (index of the final observation) once the episode is
-        over, else ``None`` (then the look-ahead is complete).
+        `end` is `E` (index of the final observation) once the episode is
+        over, else `None` (then the look-ahead is complete).
         """
         b, length, n = self.layout.burnin, self.layout.input_length, self.layout.multisteps
         steps, base = self._steps, self._base

@@ -30,7 +30,7 @@ class SequenceLayout:
         state_size: LSTM units; 0 without LSTM (the stored state is then `(2, 0)`).
         burnin: Burn-in steps before the trained window, at least 0.
         input_length: Trained steps per sequence, at least 1.
-        multisteps: n of the n-step return, at least 1.
+        multisteps: N of the n-step return, at least 1.
         period: Env steps between the starts of adjacent windows, in `[1, input_length]`.
 
     Raises:

@@ -5,11 +5,11 @@ Implements the proportional variant of prioritized experience replay
 R2D2 learns from. Each stored item is a mapping from field name to an array of
 a fixed shape; the replay knows nothing about what the fields mean.
 
-Slot ``i`` is sampled with probability ``P(i) = p_i^alpha / sum_k p_k^alpha``
-where ``p_i = priority_i + PRIORITY_EPSILON``. Importance-sampling weights are
-not computed here: :meth:`PrioritizedSequenceReplay.sample` returns ``P(i)`` of
-the sampled slots, and ``len(replay)`` gives ``N``, which is all a caller needs
-to form ``w_i = (N * P(i))^-beta / max_j w_j``.
+Slot `i` is sampled with probability `P(i) = p_i^alpha / sum_k p_k^alpha`
+where `p_i = priority_i + PRIORITY_EPSILON`. Importance-sampling weights are
+not computed here: `PrioritizedSequenceReplay.sample` returns `P(i)` of
+the sampled slots, and `len(replay)` gives `N`, which is all a caller needs
+to form `w_i = (N * P(i))^-beta / max_j w_j`.
 """
 
 from __future__ import annotations
@@ -50,19 +50,19 @@ def _check_priorities(priorities: np.ndarray) -> np.ndarray:
 class PrioritizedSequenceReplay:
     """Fixed-capacity FIFO ring of sequences sampled in proportion to priority.
 
-    Storage is preallocated: one numpy array of shape ``(capacity, *shape)`` per
+    Storage is preallocated: one numpy array of shape `(capacity, *shape)` per
     field. When full, new items overwrite the oldest slot. Sampling is
-    stratified: the total priority mass is split into ``batch_size`` equal
+    stratified: the total priority mass is split into `batch_size` equal
     segments and one uniform draw is taken in each, which lowers the variance
     of a batch compared with independent draws while keeping every draw's
     marginal probability proportional to priority.
 
     Args:
         capacity: Maximum number of sequences stored, at least 1.
-        spec: Field name -> ``(shape, dtype)`` of one item of that field.
-        priority_exponent: ``alpha`` >= 0; 0 gives uniform sampling and 1 fully
+        spec: Field name -> `(shape, dtype)` of one item of that field.
+        priority_exponent: `alpha` >= 0; 0 gives uniform sampling and 1 fully
             proportional sampling.
-        seed: Seed of the replay's own ``np.random.Generator``.
+        seed: Seed of the replay's own `np.random.Generator`.
 
     Raises:
         ValueError: On an invalid capacity, exponent, or field spec (the
@@ -123,7 +123,7 @@ class PrioritizedSequenceReplay:
 
     @property
     def priority_exponent(self) -> float:
-        """The exponent ``alpha`` applied to raw priorities."""
+        """The exponent `alpha` applied to raw priorities."""
         return self._alpha
 
     def __len__(self) -> int:
@@ -131,7 +131,7 @@ class PrioritizedSequenceReplay:
         return self._size
 
     def _leaf_values(self, priorities: np.ndarray) -> np.ndarray:
-        """Maps raw priorities to sum-tree leaf values ``(p + eps) ** alpha``."""
+        """Maps raw priorities to sum-tree leaf values `(p + eps) ** alpha`."""
         return (priorities + PRIORITY_EPSILON) ** self._alpha
 
     def _check_fields(
@@ -191,19 +191,19 @@ class PrioritizedSequenceReplay:
         return slot
 
     def add_batch(self, sequences: Mapping[str, np.ndarray], priorities: np.ndarray) -> np.ndarray:
-        """Stores a batch of sequences; same result as calling :meth:`add` in order.
+        """Stores a batch of sequences; same result as calling `add` in order.
 
         Args:
-            sequences: Field name -> array of shape ``(B, *shape)``.
-            priorities: ``B`` raw non-negative priorities.
+            sequences: Field name -> array of shape `(B, *shape)`.
+            priorities: `B` raw non-negative priorities.
 
         Returns:
-            Int64 array of the ``B`` slot indices written, in order (if
-            ``B > capacity`` the earlier items are overwritten by later ones
-            within this call, just as with repeated ``add``).
+            Int64 array of the `B` slot indices written, in order (if
+            `B > capacity` the earlier items are overwritten by later ones
+            within this call, just as with repeated `add`).
 
         Raises:
-            ValueError: As for :meth:`add`.
+            ValueError: As for `add`.
         """
         p = _check_priorities(priorities)
         if np.ndim(priorities) != 1:
@@ -228,13 +228,13 @@ class PrioritizedSequenceReplay:
             batch_size: Number of sequences to draw, at least 1.
 
         Returns:
-            ``(indices, batch, probabilities)``: int64 slot indices of shape
-            ``(batch_size,)``; field name -> array of shape
-            ``(batch_size, *shape)`` (a copy); and the float64 sampling
-            probability ``p_i^alpha / sum_k p_k^alpha`` of each drawn slot.
+            `(indices, batch, probabilities)`: int64 slot indices of shape
+            `(batch_size,)`; field name -> array of shape
+            `(batch_size, *shape)` (a copy); and the float64 sampling
+            probability `p_i^alpha / sum_k p_k^alpha` of each drawn slot.
 
         Raises:
-            ValueError: If the replay is empty or ``batch_size < 1``.
+            ValueError: If the replay is empty or `batch_size < 1`.
         """
         if self._size == 0:
             raise ValueError("cannot sample from an empty PrioritizedSequenceReplay; add() first")
@@ -255,8 +255,8 @@ class PrioritizedSequenceReplay:
         """Replaces the priorities of stored slots (e.g. after a learner step).
 
         Args:
-            indices: Slot indices previously returned by :meth:`sample` or
-                :meth:`add`; must refer to stored slots (``< len(self)``).
+            indices: Slot indices previously returned by `sample` or
+                `add`; must refer to stored slots (`< len(self)`).
             priorities: Raw non-negative priorities, one per index; the
                 exponent is applied here. With duplicate indices the last wins.
 

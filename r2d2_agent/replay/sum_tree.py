@@ -3,12 +3,12 @@ r"""Array-based binary sum tree for proportional prioritized sampling.
 The tree stores one non-negative float64 value per leaf and keeps, in every
 internal node, the sum of the two nodes below it. Updating a leaf and finding
 the leaf that holds a given amount of cumulative mass both take
-``O(log N)`` time, and both operations are vectorised over a batch with numpy:
-the only Python loop is over the depth of the tree (about ``log2 N``).
+`O(log N)` time, and both operations are vectorised over a batch with numpy:
+the only Python loop is over the depth of the tree (about `log2 N`).
 
 The nodes live in one flat array indexed like a binary heap, starting at 1
-(slot 0 is unused). With ``capacity = 5`` the leaf count is rounded up to the
-next power of two, ``P = 8``, and the array has ``2 * P = 16`` slots::
+(slot 0 is unused). With `capacity = 5` the leaf count is rounded up to the
+next power of two, `P = 8`, and the array has `2 * P = 16` slots::
 
     depth 0                       [1] = total
                               /                 \
@@ -19,8 +19,8 @@ next power of two, ``P = 8``, and the array has ``2 * P = 16`` slots::
     depth 3     [8]   [9]  [10]  [11]    [12]  [13]   [14]  [15]
     leaf index:  0     1     2     3       4   (5)    (6)   (7)
 
-Node ``k`` has children ``2k`` and ``2k + 1`` and parent ``k // 2``; leaf ``i``
-is node ``P + i``. Leaves ``capacity .. P - 1`` (in parentheses) are padding
+Node `k` has children `2k` and `2k + 1` and parent `k // 2`; leaf `i`
+is node `P + i`. Leaves `capacity .. P - 1` (in parentheses) are padding
 and always hold zero, so they can never be found.
 """
 
@@ -39,9 +39,9 @@ _DENSE_LEVEL_WIDTH = 1024
 
 
 class SumTree:
-    """Binary sum tree over ``capacity`` float64 leaves, all initially zero.
+    """Binary sum tree over `capacity` float64 leaves, all initially zero.
 
-    Attributes are exposed read-only through the ``capacity`` and ``total``
+    Attributes are exposed read-only through the `capacity` and `total`
     properties. Internal sums are always recomputed from the two children
     (never adjusted by adding a delta), so they carry no accumulated
     round-off drift however many updates are made.
@@ -50,7 +50,7 @@ class SumTree:
         capacity: Number of leaves, at least 1.
 
     Raises:
-        ValueError: If ``capacity`` is not a positive integer.
+        ValueError: If `capacity` is not a positive integer.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -85,7 +85,7 @@ class SumTree:
         return float(self._nodes[1])
 
     def _check_indices(self, indices: np.ndarray) -> np.ndarray:
-        """Returns ``indices`` as a flat int64 array after a range check."""
+        """Returns `indices` as a flat int64 array after a range check."""
         idx = np.asarray(indices)
         if idx.size and not np.issubdtype(idx.dtype, np.integer):
             raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
@@ -102,9 +102,9 @@ class SumTree:
         as if the updates had been applied one after another.
 
         Args:
-            indices: Integer leaf indices in ``[0, capacity)``.
-            values: Non-negative finite values, same number as ``indices``, each
-                at most ``float64 max / 2**depth`` so that the total cannot
+            indices: Integer leaf indices in `[0, capacity)`.
+            values: Non-negative finite values, same number as `indices`, each
+                at most `float64 max / 2**depth` so that the total cannot
                 overflow.
 
         Raises:
@@ -161,10 +161,10 @@ class SumTree:
         """Returns the values of the given leaves.
 
         Args:
-            indices: Integer leaf indices in ``[0, capacity)``.
+            indices: Integer leaf indices in `[0, capacity)`.
 
         Returns:
-            A float64 array shaped like ``indices``.
+            A float64 array shaped like `indices`.
 
         Raises:
             ValueError: On an out-of-range index.
@@ -174,27 +174,27 @@ class SumTree:
         return self._nodes[idx + self._first_leaf].reshape(shape)
 
     def find(self, targets: np.ndarray) -> np.ndarray:
-        """Finds, for each target mass ``u``, the leaf that contains it.
+        """Finds, for each target mass `u`, the leaf that contains it.
 
-        Leaf ``i`` is returned when ``prefix(i) <= u < prefix(i) + value(i)``,
-        where ``prefix(i)`` is the sum of leaves ``0 .. i-1``. A zero-valued
-        leaf is never returned. Float round-off can leave ``u`` slightly beyond
+        Leaf `i` is returned when `prefix(i) <= u < prefix(i) + value(i)`,
+        where `prefix(i)` is the sum of leaves `0 .. i-1`. A zero-valued
+        leaf is never returned. Float round-off can leave `u` slightly beyond
         the mass of the subtree it is routed to (most often at the right edge,
-        ``u`` close to ``total``) and so land it on a zero leaf, possibly one
+        `u` close to `total`) and so land it on a zero leaf, possibly one
         never written; such targets are walked again without ever entering a
         zero-mass subtree, which ends them on the nearest positive leaf to the
-        left. ``u == total`` is accepted and maps to the right-most positive
+        left. `u == total` is accepted and maps to the right-most positive
         leaf.
 
         Args:
-            targets: Masses in ``[0, total]``.
+            targets: Masses in `[0, total]`.
 
         Returns:
-            An int64 array of leaf indices shaped like ``targets``.
+            An int64 array of leaf indices shaped like `targets`.
 
         Raises:
             ValueError: If the tree is empty (total is zero) or a target is
-                NaN, negative or larger than ``total``.
+                NaN, negative or larger than `total`.
         """
         total = self._nodes[1]
         if total <= 0.0:

@@ -123,7 +123,7 @@ class R2D2Actor:
         """Q-values (network units) from the current recurrent state, which is not advanced.
 
         Args:
-            observation: a new frame to rate as if it came next (the frame stack is not
+            observation: A new frame to rate as if it came next (the frame stack is not
                 changed); None rates the current observation.
         """
         if observation is None:

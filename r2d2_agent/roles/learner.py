@@ -97,7 +97,7 @@ class R2D2Learner:
             Metrics named as in `METRIC_NAMES`.
 
         Raises:
-            RuntimeError: if replay holds fewer than `config.warmup` sequences.
+            RuntimeError: If replay holds fewer than `config.warmup` sequences.
         """
         if not self.ready:
             raise RuntimeError(

@@ -28,12 +28,12 @@ class ChildProcess:
 
     Attributes:
         role: "learner" or "actor".
-        index: the actor index (None for the learner).
-        process: the multiprocessing process.
-        events: read end of the pipe on which the child sends its events.
-        error: the traceback the child sent, if any.
-        summary: what the child reported when it stopped normally.
-        exited: whether the parent has seen the child exit.
+        index: The actor index (None for the learner).
+        process: The multiprocessing process.
+        events: Read end of the pipe on which the child sends its events.
+        error: The traceback the child sent, if any.
+        summary: What the child reported when it stopped normally.
+        exited: Whether the parent has seen the child exit.
     """
 
     def __init__(self, role: str, index: int | None, process: Any, events: Connection) -> None:
@@ -62,11 +62,11 @@ def spawn_child(
     """Starts `run_child(main, setup, events, *args)` in a new process.
 
     Args:
-        ctx: the multiprocessing context.
+        ctx: The multiprocessing context.
         role: "learner" or "actor".
-        index: the actor index (None for the learner).
-        setup: how the child prepares itself.
-        main: the child's main function (`actor_main`, `learner_main`).
+        index: The actor index (None for the learner).
+        setup: How the child prepares itself.
+        main: The child's main function (`actor_main`, `learner_main`).
         *args: `main`'s arguments after the event pipe.
 
     Returns:

@@ -36,14 +36,14 @@ class PipeExperienceSender(ExperienceSender):
 
     Writes are non-blocking, so a full pipe never stops the actor from seeing the stop
     flag or a timeout, even in the middle of a large message. The bytes on the wire are
-    those of `Connection.send_bytes` (a ``!i`` length, or -1 and a ``!Q`` length, then
+    those of `Connection.send_bytes` (a `!i` length, or -1 and a `!Q` length, then
     the payload), so the learner reads them with `Connection.recv_bytes`. A message given
     up half-way closes the pipe, so the reader sees end-of-file instead of waiting.
 
     Args:
-        conn: the write end of the actor's pipe.
-        stop: stop flag; a blocked `send` gives up once it is set.
-        poll_interval: seconds between stop checks while the pipe is full.
+        conn: The write end of the actor's pipe.
+        stop: Stop flag; a blocked `send` gives up once it is set.
+        poll_interval: Seconds between stop checks while the pipe is full.
     """
 
     def __init__(self, conn: Connection, stop: SharedFlag, poll_interval: float = 0.1) -> None:
@@ -54,9 +54,9 @@ class PipeExperienceSender(ExperienceSender):
         """See `ExperienceSender.send`.
 
         Raises:
-            TimeoutError: still full after `timeout` s (the pipe is closed if a part of
+            TimeoutError: Still full after `timeout` s (the pipe is closed if a part of
                 the message was written).
-            BrokenPipeError: the learner closed its end while stop is not set.
+            BrokenPipeError: The learner closed its end while stop is not set.
         """
         if self._conn.closed:
             raise BrokenPipeError("experience pipe closed by an earlier failed send")
@@ -114,7 +114,7 @@ class PipeExperienceReceiver(ExperienceReceiver):
     Args:
         control: Read end of the manager's control pipe; `ConnectActor` messages add
             actor pipes. End of file on it means the manager is gone.
-        connections: initial actor pipes.
+        connections: Initial actor pipes.
     """
 
     def __init__(

@@ -2,18 +2,18 @@
 
 Segment layout: 64-byte header (uint64 word 0 = seqlock counter, word 1 = magic), then
 the arrays, each 64-byte aligned. Seqlock: the writer makes the counter odd, copies, makes
-it even (``version == counter // 2``); a reader loads the counter, copies, re-loads it and
+it even (`version == counter // 2`); a reader loads the counter, copies, re-loads it and
 keeps the copy only if both loads are equal and even, else retries (bounded by a timeout).
 
 Memory ordering: counter accesses are aligned 8-byte numpy loads/stores (single-copy
-atomic on x86-64/AArch64) and each array copy is a separate opaque C call (``np.copyto``)
+atomic on x86-64/AArch64) and each array copy is a separate opaque C call (`np.copyto`)
 reached through the interpreter, so the compiler cannot move copies across them. x86 (TSO)
 keeps stores ordered with stores and loads with loads, which is all a seqlock needs: equal
 even counters around a copy prove a whole snapshot (the re-load of the counter, in the
 same segment, is the "fence-ish" read). On weakly ordered CPUs (ARM) we rely on the many
 instructions between the accesses, including the GIL atomics/mutexes that numpy's large
 copies release and re-take: sound in practice, not a formal guarantee;
-``tests/test_weights.py::test_no_torn_reads`` checks it empirically.
+`tests/test_weights.py::test_no_torn_reads` checks it empirically.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class WeightsSpec:
 
     Attributes:
         shapes: One shape tuple per array.
-        dtypes: One numpy dtype string per array (e.g. ``"<f4"``).
+        dtypes: One numpy dtype string per array (e.g. `"<f4"`).
     """
 
     shapes: tuple[tuple[int, ...], ...]
@@ -64,7 +64,7 @@ class WeightsSpec:
 
     @classmethod
     def from_arrays(cls, arrays: Sequence[np.ndarray]) -> WeightsSpec:
-        """Builds the spec of ``arrays`` (e.g. ``model.get_weights()``)."""
+        """Builds the spec of `arrays` (e.g. `model.get_weights()`)."""
         arrs = [np.asarray(a) for a in arrays]
         return cls(tuple(tuple(map(int, a.shape)) for a in arrs), tuple(a.dtype.str for a in arrs))
 
@@ -93,11 +93,11 @@ class WeightsSpec:
         return max(_align(_HEADER_BYTES + sum(_align(n) for n in self._sizes())), 4096)
 
     def allocate(self) -> list[np.ndarray]:
-        """Returns new zeroed arrays matching the spec (e.g. for ``read(out=...)``)."""
+        """Returns new zeroed arrays matching the spec (e.g. for `read(out=...)`)."""
         return [np.zeros(s, dtype=d) for s, d in zip(self.shapes, self.dtypes, strict=True)]
 
     def check(self, arrays: Sequence[np.ndarray], what: str = "arrays") -> None:
-        """Raises ValueError naming index, expected and got unless ``arrays`` match exactly."""
+        """Raises ValueError naming index, expected and got unless `arrays` match exactly."""
         if len(arrays) != len(self.shapes):
             raise ValueError(f"{what}: expected {len(self.shapes)} arrays, got {len(arrays)}")
         for i, (a, s, d) in enumerate(zip(arrays, self.shapes, self.dtypes, strict=True)):
@@ -111,7 +111,7 @@ class WeightsSpec:
 
 @dataclass(frozen=True)
 class SharedWeightsHandle:
-    """Picklable reference to a segment: pass it to a child, then ``SharedWeights.attach``."""
+    """Picklable reference to a segment: pass it to a child, then `SharedWeights.attach`."""
 
     name: str
     spec: WeightsSpec
@@ -135,11 +135,11 @@ def _attach_untracked(name: str) -> shared_memory.SharedMemory:
     Python < 3.13 registers attached segments too. In a process with its own tracker
     (not started by multiprocessing) that tracker unlinks the segment at exit, with a
     "leaked shared_memory" warning, killing the owner's segment. The usual fix,
-    ``resource_tracker.unregister`` after attach, is wrong for spawn/fork children: they
+    `resource_tracker.unregister` after attach, is wrong for spawn/fork children: they
     share the parent's tracker, which keeps a *set* of names, so the child's unregister
     drops the owner's entry (no crash cleanup any more) and the owner's own unregister
     later prints a KeyError traceback from the tracker. So readers never register:
-    ``track=False`` on 3.13+, else a no-op ``register`` while the constructor runs.
+    `track=False` on 3.13+, else a no-op `register` while the constructor runs.
     """
     if sys.version_info >= (3, 13):
         return shared_memory.SharedMemory(name=name, track=False)
@@ -155,14 +155,14 @@ def _attach_untracked(name: str) -> shared_memory.SharedMemory:
 class SharedWeights:
     """Weights in shared memory: one writer, many lock-free seqlock readers.
 
-    ``create`` makes the owner (writes, unlinks); ``attach`` makes a reader, or the writer
-    with ``writer=True`` when the learner is not the creator. One writer at a time.
+    `create` makes the owner (writes, unlinks); `attach` makes a reader, or the writer
+    with `writer=True` when the learner is not the creator. One writer at a time.
     """
 
     def __init__(
         self, shm: shared_memory.SharedMemory, spec: WeightsSpec, *, owner: bool, writer: bool
     ) -> None:
-        """Internal: use ``create`` or ``attach``."""
+        """Internal: use `create` or `attach`."""
         self._shm: shared_memory.SharedMemory | None = shm
         self.name: str = shm.name  # segment name, without the leading slash
         self.spec = self._spec = spec
@@ -175,7 +175,7 @@ class SharedWeights:
 
     @classmethod
     def create(cls, spec: WeightsSpec, name_prefix: str = "r2d2") -> SharedWeights:
-        """Creates a zeroed segment named ``{prefix}_{pid}_{hex}``. The caller owns it."""
+        """Creates a zeroed segment named `{prefix}_{pid}_{hex}`. The caller owns it."""
         if not _PREFIX_RE.match(name_prefix):
             raise ValueError(f"name_prefix must match {_PREFIX_RE.pattern}, got {name_prefix!r}")
         name = f"{name_prefix}_{os.getpid()}_{secrets.token_hex(4)}"
@@ -188,7 +188,7 @@ class SharedWeights:
 
     @classmethod
     def attach(cls, handle: SharedWeightsHandle, *, writer: bool = False) -> SharedWeights:
-        """Attaches to the segment of ``handle``; ``writer=True`` allows ``publish``.
+        """Attaches to the segment of `handle`; `writer=True` allows `publish`.
 
         An attached instance never unlinks and is never registered with the resource
         tracker, so a child exiting leaves the segment alone and warns about nothing.
@@ -205,7 +205,7 @@ class SharedWeights:
 
     @property
     def handle(self) -> SharedWeightsHandle:
-        """Small picklable object that children pass to ``attach``."""
+        """Small picklable object that children pass to `attach`."""
         return SharedWeightsHandle(self.name, self._spec)
 
     def version(self) -> int:
@@ -215,7 +215,7 @@ class SharedWeights:
         return int(self._header[0]) >> 1
 
     def publish(self, arrays: Sequence[np.ndarray]) -> int:
-        """Copies ``arrays`` into the segment and returns the new version (1, 2, ...).
+        """Copies `arrays` into the segment and returns the new version (1, 2, ...).
 
         Raises:
             RuntimeError: Not the writer, or closed.
@@ -237,7 +237,7 @@ class SharedWeights:
     def read(
         self, out: list[np.ndarray] | None = None, timeout: float = 1.0
     ) -> tuple[int, list[np.ndarray]]:
-        """Returns ``(version, arrays)``: a consistent copy, never half-written.
+        """Returns `(version, arrays)`: a consistent copy, never half-written.
 
         Before any publish the version is 0 and the arrays are all zeros.
 
@@ -246,7 +246,7 @@ class SharedWeights:
             timeout: Seconds to keep retrying while the writer is mid-publish.
 
         Raises:
-            TimeoutError: No consistent snapshot within ``timeout`` (writer died mid-write).
+            TimeoutError: No consistent snapshot within `timeout` (writer died mid-write).
         """
         if self._shm is None:
             raise RuntimeError(f"SharedWeights {self.name!r} is closed")
@@ -276,7 +276,7 @@ class SharedWeights:
     def read_if_newer(
         self, last_version: int, out: list[np.ndarray] | None = None, timeout: float = 1.0
     ) -> tuple[int, list[np.ndarray]] | None:
-        """Like ``read`` but returns None (no copy) if ``version() <= last_version``."""
+        """Like `read` but returns None (no copy) if `version() <= last_version`."""
         if self.version() <= last_version:
             return None
         return self.read(out, timeout)
