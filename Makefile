@@ -1,6 +1,8 @@
 # One command to set up and run the main job, one to set up and pass the tests.
 #   make demo   -> virtualenv, install, train R2D2 on CartPole-v1 with the manager, print the result
 #   make test   -> virtualenv, install, run the whole test suite (learning tests included)
+#   make lint   -> ruff check and ruff format --check (CI runs it too)
+#   make bench  -> a quick pass over every benchmark (benchmarks/run_all.py)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -33,6 +35,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check r2d2_agent tests examples benchmarks
+	$(BIN)/ruff format --check r2d2_agent tests examples benchmarks
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
