@@ -76,6 +76,10 @@ class R2D2Config:
     """How a frame is fed to the network (see `InputType`)."""
     input_sequence: int = 1
     """Past frames stacked into one network input, in frames (1 = no stacking)."""
+    image_scale: float = 1.0 / 255.0
+    """Factor the network's first layer applies to image frames, so that an `ImageModel`
+    sees [0, 1] (1/255 for uint8 pixels; 1.0 for an env whose images are already in
+    [0, 1]). Ignored for `InputType.VALUES`."""
     lstm_units: int = 512
     """LSTM width, in units; 0 means no LSTM (a plain feed-forward DQN head)."""
     dense_units: int = 512
@@ -110,8 +114,9 @@ class R2D2Config:
     is_exponent: float = 0.6
     """β0, the importance-sampling exponent at the first learner update (dimensionless,
     in [0, 1])."""
-    is_anneal_updates: int = 100_000
-    """Learner updates over which β anneals linearly from β0 to 1."""
+    is_anneal_updates: int | None = 100_000
+    """Learner updates over which β anneals linearly from β0 to 1; None keeps β at β0
+    throughout (the paper's choice)."""
     priority_eta: float = 0.9
     """η of the sequence priority η·max|δ| + (1-η)·mean|δ| (dimensionless, in [0, 1])."""
     learning_rate: float = 1e-4
@@ -160,11 +165,12 @@ class R2D2Config:
             "target_update_interval",
             "train_interval",
             "actor_sync_interval",
-            "is_anneal_updates",
         )
         for name in positive:
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("lstm_units", self.lstm_units, minimum=0)
+        if self.is_anneal_updates is not None:
+            _check_int("is_anneal_updates", self.is_anneal_updates, minimum=1)
         _check_int("burnin", self.burnin, minimum=0)
         if self.sequence_period is not None:
             _check_int("sequence_period", self.sequence_period, minimum=1)
@@ -188,6 +194,8 @@ class R2D2Config:
         for name in ("is_exponent", "priority_eta", "epsilon", "test_epsilon"):
             _check_range(name, getattr(self, name), 0.0, 1.0)
         _check_range("priority_exponent", self.priority_exponent, 0.0, math.inf)
+        if not (isinstance(self.image_scale, (int, float)) and 0 < self.image_scale < math.inf):
+            raise ValueError(f"image_scale must be a number > 0, got {self.image_scale!r}")
         _check_range("epsilon_alpha", self.epsilon_alpha, 0.0, math.inf)
         for name in ("learning_rate", "adam_epsilon"):
             value = getattr(self, name)
@@ -227,6 +235,11 @@ class R2D2Config:
     def state_size(self) -> int:
         """Width of one recurrent state vector (0 without LSTM)."""
         return self.lstm_units
+
+    @property
+    def is_image(self) -> bool:
+        """Whether frames are images (every input type but `VALUES`)."""
+        return self.input_type is not InputType.VALUES
 
     @property
     def network_input_shape(self) -> tuple[int, ...]:

@@ -58,7 +58,8 @@ class R2D2Manager:
             memory (the learner alone uses the GPU).
         use_numpy_policy: Act with the numpy forward pass (no TensorFlow in actors);
             None: whenever the network allows it (value inputs, no image model).
-        observation_dtype: Storage dtype of observations (uint8 for Atari frames).
+        observation_dtype: Storage dtype of observations; None stores images as uint8 and
+            values as float32.
         rate_limit: Keep learner updates and received env steps in a fixed ratio (see
             `env_steps_per_update`); False lets both sides run free.
         env_steps_per_update: Env steps (all actors) per learner update when rate limiting;
@@ -88,7 +89,7 @@ class R2D2Manager:
         max_actor_restarts: int = 3,
         actors_on_cpu: bool = True,
         use_numpy_policy: bool | None = None,
-        observation_dtype: Any = np.float32,
+        observation_dtype: Any = None,
         rate_limit: bool = True,
         env_steps_per_update: float | None = None,
         ratio_tolerance: float = 16.0,
@@ -119,7 +120,7 @@ class R2D2Manager:
             options=options,
             log_level=logging.getLogger("r2d2_agent").getEffectiveLevel(),
         )
-        _check_env(env_factory, config)
+        _check_env(env_factory, config, builder.observation_dtype)
         self._run: Supervisor | None = None
         self._final_weights: list[np.ndarray] | None = None
         self._eval_policy: Any = None
@@ -272,7 +273,7 @@ class R2D2Manager:
         self.close()
 
 
-def _check_env(env_factory: Callable[[], Any], config: R2D2Config) -> None:
+def _check_env(env_factory: Callable[[], Any], config: R2D2Config, observation_dtype: Any) -> None:
     """Builds one env in the parent and checks its spaces against the config."""
     import gymnasium
 
@@ -280,6 +281,6 @@ def _check_env(env_factory: Callable[[], Any], config: R2D2Config) -> None:
     try:
         if not isinstance(env, gymnasium.Env):
             raise TypeError(f"env_factory must return a gymnasium.Env, got {type(env).__name__}")
-        check_env_matches_config(env.observation_space, env.action_space, config)
+        check_env_matches_config(env.observation_space, env.action_space, config, observation_dtype)
     finally:
         env.close()

@@ -6,7 +6,10 @@ parent before any child starts, which must not import TensorFlow.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium
+import numpy as np
 from gymnasium import spaces
 
 from r2d2_agent.config import R2D2Config
@@ -56,14 +59,24 @@ def check_env_spaces(
 
 
 def check_env_matches_config(
-    observation_space: gymnasium.Space, action_space: gymnasium.Space, config: R2D2Config
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: R2D2Config,
+    observation_dtype: Any = None,
 ) -> None:
     """Check an environment's spaces against an `R2D2Config`.
 
+    Args:
+        observation_space: The env's observation space.
+        action_space: The env's action space.
+        config: The configuration to check against.
+        observation_dtype: The dtype observations will be stored as (None: not checked).
+
     Raises:
-        ValueError: If a space is unsupported (see `check_env_spaces`), or the observation
-            shape or action count differs from `config.input_shape` / `config.nb_actions`;
-            the message names both values.
+        ValueError: If a space is unsupported (see `check_env_spaces`), the observation
+            shape or action count differs from `config.input_shape` / `config.nb_actions`,
+            or observations would be stored as integers but are not integers; the
+            message names both values.
     """
     shape, nb_actions = check_env_spaces(observation_space, action_space)
     if shape != tuple(config.input_shape):
@@ -74,4 +87,15 @@ def check_env_matches_config(
     if nb_actions != config.nb_actions:
         raise ValueError(
             f"the env has {nb_actions} actions but config.nb_actions is {config.nb_actions}"
+        )
+    env_dtype = np.dtype(observation_space.dtype)
+    if (
+        observation_dtype is not None
+        and np.issubdtype(np.dtype(observation_dtype), np.integer)
+        and not np.issubdtype(env_dtype, np.integer)
+    ):
+        raise ValueError(
+            f"the env's observations are {env_dtype} but would be stored as "
+            f"{np.dtype(observation_dtype)} (the default for image input types): pass "
+            "observation_dtype=np.float32, and set config.image_scale for their range"
         )

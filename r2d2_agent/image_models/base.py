@@ -8,7 +8,9 @@ An image model turns image frames into feature vectors. It receives a Keras tens
   (wrap layers in `TimeDistributed`).
 
 `ch` is the number of stacked frames for grayscale input, or stacked frames x colour
-channels for colour input (see `InputType`).
+channels for colour input (see `InputType`). The values are float32 frames already
+multiplied by `R2D2Config.image_scale`: in [0, 1] for uint8 pixels with the default 1/255
+(the network's first layer scales them, for acting and learning alike).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ class ImageModel(abc.ABC):
         """Builds the encoder on a Keras tensor.
 
         Args:
-            c: Keras tensor, (batch, H, W, ch) or, with `enable_lstm`, (batch, time, H, W, ch).
+            c: Keras float32 tensor in [0, 1] (for uint8 pixels and the default
+                `image_scale`), (batch, H, W, ch) or, with `enable_lstm`, (batch, time, H, W, ch).
             enable_lstm: Whether the tensor carries a time axis.
 
         Returns:

@@ -39,7 +39,8 @@ class R2D2Agent(rl_core.Agent):
         image_model: Encoder for image inputs (`DQNImageModel` by default).
         processor: An optional keras-rl `Processor` applied to env outputs and actions.
         epsilon: Exploration rate while training; `config.epsilon` when None.
-        observation_dtype: Storage dtype of observations (uint8 saves memory for images).
+        observation_dtype: Storage dtype of observations; None stores images as uint8 and
+            values as float32.
         use_numpy_policy: Act with the numpy forward pass (None: whenever the network
             allows it).
     """
@@ -50,7 +51,7 @@ class R2D2Agent(rl_core.Agent):
         image_model: ImageModel | None = None,
         processor: Any = None,
         epsilon: float | None = None,
-        observation_dtype: Any = np.float32,
+        observation_dtype: Any = None,
         use_numpy_policy: bool | None = None,
     ) -> None:
         super().__init__(processor=processor)
@@ -135,18 +136,33 @@ class R2D2Agent(rl_core.Agent):
     ) -> list[float]:
         """Records the reward of the last action and trains when it is time.
 
+        In a loop of your own, report a time limit with `truncated=True` and the
+        observation the env returned with it: the cut episode bootstraps from that
+        last observation, which the next `forward` (already in a new episode) cannot give.
+
         Args:
             reward: Reward of the action returned by the last `forward`.
             terminal: Whether the episode terminated (no bootstrap).
             truncated: Whether it was cut by a time limit (bootstrap from the last state).
-            next_observation: The observation after the action; when None it is taken
-                from the next `forward` call.
+            next_observation: The observation after the action. Needed with `truncated`
+                while training; otherwise it may be left to the next `forward` call.
 
         Returns:
             The metrics (named by `metrics_names`; NaN before the first update).
+
+        Raises:
+            RuntimeError: Without a `forward` before it.
+            ValueError: If `truncated` (and not `terminal`) while training without
+                `next_observation`.
         """
         if self._last_action is None:
             raise RuntimeError("backward() needs a forward() before it")
+        if self.training and truncated and not terminal and next_observation is None:
+            raise ValueError(
+                "backward(truncated=True) needs next_observation (the observation the env "
+                "returned with the time limit): the cut episode bootstraps from it, and the "
+                "next forward() would pass the next episode's first observation instead"
+            )
         self._pending = (self._last_action, float(reward), bool(terminal), bool(truncated))
         self._last_action = None
         if next_observation is not None:
@@ -316,7 +332,10 @@ class R2D2Agent(rl_core.Agent):
         keras_env = as_keras_rl_env(env)
         if self.processor is None:
             check_env_matches_config(
-                keras_env.observation_space, keras_env.action_space, self.config
+                keras_env.observation_space,
+                keras_env.action_space,
+                self.config,
+                self.builder.observation_dtype,
             )
         return keras_env
 

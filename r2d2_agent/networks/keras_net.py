@@ -42,7 +42,13 @@ class DuelingCombine(keras.layers.Layer):
 
 
 def _frames_to_image(x: Any, config: R2D2Config, with_time: bool) -> Any:
-    """Reorders stacked frames (S, H, W[, C]) into one image (H, W, channels)."""
+    """Scales stacked frames (S, H, W[, C]) by `config.image_scale` (uint8 pixels to
+    [0, 1]) and reorders them into one image (H, W, channels).
+
+    This is the one place where image inputs are scaled: acting (`KerasPolicy`) and
+    learning run the same model, so they see the same values.
+    """
+    x = keras.layers.Rescaling(config.image_scale, name="image_scale")(x)
     s = config.input_sequence
     lead = (1,) if with_time else ()
     off = len(lead)

@@ -6,7 +6,12 @@ R2D2 learns from. Each stored item is a mapping from field name to an array of
 a fixed shape; the replay knows nothing about what the fields mean.
 
 Slot `i` is sampled with probability `P(i) = p_i^alpha / sum_k p_k^alpha`
-where `p_i = priority_i + PRIORITY_EPSILON`. Importance-sampling weights are
+where `p_i = priority_i + PRIORITY_EPSILON`.
+
+Items are named by keys, not slots: a key is the slot index plus the slot's generation
+(how many times it was written before), so a priority written back for an item that has
+since been overwritten (a learner that trains while actors add) is recognised and skipped
+instead of landing on the new item. Importance-sampling weights are
 not computed here: `PrioritizedSequenceReplay.sample` returns `P(i)` of
 the sampled slots, and `len(replay)` gives `N`, which is all a caller needs
 to form `w_i = (N * P(i))^-beta / max_j w_j`.
@@ -24,6 +29,9 @@ from r2d2_agent.replay.sum_tree import SumTree
 logger = logging.getLogger(__name__)
 
 __all__ = ["PRIORITY_EPSILON", "FieldSpec", "PrioritizedSequenceReplay"]
+
+_SLOT_BITS = 32
+_SLOT_MASK = (1 << _SLOT_BITS) - 1
 
 PRIORITY_EPSILON: float = 1e-6
 """Added to every raw priority before the exponent is applied, so that an item
@@ -78,8 +86,8 @@ class PrioritizedSequenceReplay:
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
             raise ValueError(f"capacity must be an int, got {capacity!r}")
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if not 1 <= capacity <= _SLOT_MASK:
+            raise ValueError(f"capacity must be in [1, 2**32 - 1], got {capacity}")
         alpha = float(priority_exponent)
         if not np.isfinite(alpha) or alpha < 0.0:
             raise ValueError(
@@ -105,6 +113,8 @@ class PrioritizedSequenceReplay:
             self._shapes[name] = shape
             self._storage[name] = np.zeros((self._capacity, *shape), dtype=dtype)
         self._tree = SumTree(self._capacity)
+        # Times each slot was written, minus one (-1: never); part of every item's key.
+        self._generation = np.full(self._capacity, -1, dtype=np.int64)
         self._rng = np.random.default_rng(seed)
         self._next = 0
         self._size = 0
@@ -129,6 +139,10 @@ class PrioritizedSequenceReplay:
     def __len__(self) -> int:
         """Number of sequences currently stored."""
         return self._size
+
+    def _keys(self, slots: np.ndarray) -> np.ndarray:
+        """The current keys of `slots`."""
+        return (self._generation[slots] << _SLOT_BITS) | slots
 
     def _leaf_values(self, priorities: np.ndarray) -> np.ndarray:
         """Maps raw priorities to sum-tree leaf values `(p + eps) ** alpha`."""
@@ -170,7 +184,8 @@ class PrioritizedSequenceReplay:
             priority: Raw non-negative priority (e.g. a TD-error mix).
 
         Returns:
-            The slot index the sequence was written to.
+            The item's key (an int; `update_priorities` accepts it). It equals the slot
+            index until the slot is overwritten.
 
         Raises:
             ValueError: On a missing or extra field, a wrong shape (naming the
@@ -186,9 +201,10 @@ class PrioritizedSequenceReplay:
         self._tree.update(np.array([slot]), self._leaf_values(p))
         for name, value in arrays.items():
             self._storage[name][slot] = value
+        self._generation[slot] += 1
         self._next = (slot + 1) % self._capacity
         self._size = min(self._size + 1, self._capacity)
-        return slot
+        return int(self._keys(np.int64(slot)))
 
     def add_batch(self, sequences: Mapping[str, np.ndarray], priorities: np.ndarray) -> np.ndarray:
         """Stores a batch of sequences; same result as calling `add` in order.
@@ -198,9 +214,9 @@ class PrioritizedSequenceReplay:
             priorities: `B` raw non-negative priorities.
 
         Returns:
-            Int64 array of the `B` slot indices written, in order (if
-            `B > capacity` the earlier items are overwritten by later ones
-            within this call, just as with repeated `add`).
+            Int64 array of the `B` items' keys, in order (if `B > capacity` the
+            earlier items are overwritten by later ones within this call, just as
+            with repeated `add`, and their keys are already stale).
 
         Raises:
             ValueError: As for `add`.
@@ -210,16 +226,23 @@ class PrioritizedSequenceReplay:
             raise ValueError(f"priorities must be 1-D, got shape {np.shape(priorities)}")
         n = p.size
         arrays = self._check_fields(sequences, batch=n)
-        slots = (self._next + np.arange(n, dtype=np.int64)) % self._capacity
+        start = self._next
+        position = start + np.arange(n, dtype=np.int64)
+        slots = position % self._capacity
         # Only the last `capacity` items survive; writing just those keeps
         # every slot written once, so no fancy assignment has duplicates.
         keep = slice(max(0, n - self._capacity), n)
         self._tree.update(slots[keep], self._leaf_values(p[keep]))
         for name, value in arrays.items():
             self._storage[name][slots[keep]] = value[keep]
+        # The j-th item is the w-th write of its slot in this call: slots from `start` on
+        # are first written in lap 0, the ones before it in lap 1.
+        writes = position // self._capacity - (slots < start)
+        generations = self._generation[slots] + 1 + writes
+        np.add.at(self._generation, slots, 1)
         self._next = (self._next + n) % self._capacity
         self._size = min(self._size + n, self._capacity)
-        return slots
+        return (generations << _SLOT_BITS) | slots
 
     def sample(self, batch_size: int) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
         """Draws a stratified, priority-proportional batch (with replacement).
@@ -228,10 +251,10 @@ class PrioritizedSequenceReplay:
             batch_size: Number of sequences to draw, at least 1.
 
         Returns:
-            `(indices, batch, probabilities)`: int64 slot indices of shape
-            `(batch_size,)`; field name -> array of shape
-            `(batch_size, *shape)` (a copy); and the float64 sampling
-            probability `p_i^alpha / sum_k p_k^alpha` of each drawn slot.
+            `(keys, batch, probabilities)`: the int64 keys of the drawn items,
+            shape `(batch_size,)` (pass them to `update_priorities`); field name
+            -> array of shape `(batch_size, *shape)` (a copy); and the float64
+            sampling probability `p_i^alpha / sum_k p_k^alpha` of each drawn item.
 
         Raises:
             ValueError: If the replay is empty or `batch_size < 1`.
@@ -246,31 +269,44 @@ class PrioritizedSequenceReplay:
         # One uniform draw inside each of `batch_size` equal segments of mass.
         targets = (np.arange(batch_size) + self._rng.random(batch_size)) * segment
         np.minimum(targets, total, out=targets)
-        indices = self._tree.find(targets)
-        probabilities = self._tree.get(indices) / total
-        batch = {name: store[indices] for name, store in self._storage.items()}
-        return indices, batch, probabilities
+        slots = self._tree.find(targets)
+        probabilities = self._tree.get(slots) / total
+        batch = {name: store[slots] for name, store in self._storage.items()}
+        return self._keys(slots), batch, probabilities
 
-    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
-        """Replaces the priorities of stored slots (e.g. after a learner step).
+    def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
+        """Replaces the priorities of stored items (e.g. after a learner step).
+
+        A key whose slot has been overwritten since the key was handed out is
+        skipped: the new item keeps its own priority.
 
         Args:
-            indices: Slot indices previously returned by `sample` or
-                `add`; must refer to stored slots (`< len(self)`).
-            priorities: Raw non-negative priorities, one per index; the
-                exponent is applied here. With duplicate indices the last wins.
+            keys: Keys returned by `sample`, `add` or `add_batch`.
+            priorities: Raw non-negative priorities, one per key; the exponent is
+                applied here. With duplicate keys the last wins.
+
+        Returns:
+            The number of priorities written (the keys that were still current).
 
         Raises:
-            ValueError: On a length mismatch, an index that holds no
-                sequence, or a NaN/infinite/negative priority.
+            ValueError: On a length mismatch, a key that names no item this replay
+                ever stored, or a NaN/infinite/negative priority.
         """
         p = _check_priorities(priorities)
-        idx = np.asarray(indices).reshape(-1)
-        if idx.shape != p.shape:
-            raise ValueError(f"got {idx.size} indices but {p.size} priorities; they must match")
-        if idx.size and not np.issubdtype(idx.dtype, np.integer):
-            raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
-        bad = (idx < 0) | (idx >= self._size)
+        key = np.asarray(keys).reshape(-1)
+        if key.shape != p.shape:
+            raise ValueError(f"got {key.size} keys but {p.size} priorities; they must match")
+        if key.size and not np.issubdtype(key.dtype, np.integer):
+            raise ValueError(f"keys must be integers, got dtype {key.dtype}")
+        key = key.astype(np.int64, copy=False)
+        slots = key & _SLOT_MASK
+        generations = key >> _SLOT_BITS
+        bad = (key < 0) | (slots >= self._size)
+        bad[~bad] |= generations[~bad] > self._generation[slots[~bad]]
         if bad.any():
-            raise ValueError(f"index {int(idx[bad][0])} holds no sequence (stored: {self._size})")
-        self._tree.update(idx, self._leaf_values(p))
+            raise ValueError(
+                f"key {int(key[bad][0])} names no stored sequence (stored: {self._size})"
+            )
+        current = generations == self._generation[slots]
+        self._tree.update(slots[current], self._leaf_values(p[current]))
+        return int(current.sum())

@@ -60,7 +60,7 @@ class R2D2Actor:
 
     def observe_first(self, observation: Any) -> None:
         """Starts an episode at its first observation (resets frames and state)."""
-        frame = np.asarray(observation)
+        frame = np.array(observation)  # a copy: envs may reuse one observation buffer
         self._frames.clear()
         for _ in range(self.config.input_sequence - 1):
             self._frames.append(np.zeros_like(frame))  # zero frames before the episode
@@ -89,7 +89,7 @@ class R2D2Actor:
         """Records the transition that followed `select_action`."""
         if self._last is None:
             raise RuntimeError("observe() needs a select_action() before it")
-        self._frames.append(np.asarray(next_observation))
+        self._frames.append(np.array(next_observation))  # a copy, as in observe_first
         state_before, q = self._last
         self._last = None
         if self.adder is not None:

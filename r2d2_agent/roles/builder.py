@@ -11,7 +11,7 @@ networks the numpy forward pass cannot run, import it when called.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,7 +58,8 @@ class R2D2Builder:
     Attributes:
         config: The agent's configuration.
         image_model: Encoder for image inputs; `DQNImageModel` when None.
-        observation_dtype: Storage dtype of observations in sequences and replay.
+        observation_dtype: Storage dtype of observations in sequences and replay; None
+            (the default) stores images as uint8 and values as float32.
         use_numpy_policy: Act with the numpy forward pass (resolved on construction:
             None becomes True whenever the network allows it).
 
@@ -68,11 +69,14 @@ class R2D2Builder:
 
     config: R2D2Config
     image_model: ImageModel | None = None
-    observation_dtype: np.dtype = field(default=np.dtype(np.float32))
+    observation_dtype: np.dtype | None = None
     use_numpy_policy: bool | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "observation_dtype", np.dtype(self.observation_dtype))
+        dtype = self.observation_dtype
+        if dtype is None:
+            dtype = np.uint8 if self.config.is_image else np.float32
+        object.__setattr__(self, "observation_dtype", np.dtype(dtype))
         resolved = resolve_use_numpy(self.config, self.image_model, self.use_numpy_policy)
         object.__setattr__(self, "use_numpy_policy", resolved)
 

@@ -83,10 +83,12 @@ class R2D2Learner:
 
     @property
     def beta(self) -> float:
-        """Current importance-sampling exponent, annealed from β0 to 1."""
-        return linear_schedule(
-            self.config.is_exponent, 1.0, self.config.is_anneal_updates, self.updates
-        )
+        """Current importance-sampling exponent: β0, annealed to 1 over
+        `config.is_anneal_updates` learner updates unless that is None."""
+        config = self.config
+        if config.is_anneal_updates is None:
+            return float(config.is_exponent)
+        return linear_schedule(config.is_exponent, 1.0, config.is_anneal_updates, self.updates)
 
     # The update -----------------------------------------------------------------------
 
@@ -104,7 +106,7 @@ class R2D2Learner:
                 f"replay holds {len(self.replay)} sequences, fewer than "
                 f"the warm-up of {self.config.warmup}"
             )
-        indices, batch, probabilities = self.replay.sample(self.config.batch_size)
+        keys, batch, probabilities = self.replay.sample(self.config.batch_size)
         weights = importance_weights(probabilities, len(self.replay), self.beta)
         loss, priorities, mean_q = self._train(
             batch["obs"],
@@ -118,7 +120,7 @@ class R2D2Learner:
             weights.astype(np.float32),
         )
         priorities = priorities.numpy()
-        self.replay.update_priorities(indices, priorities)
+        self.replay.update_priorities(keys, priorities)
         self.updates += 1
         if self.updates % self.config.target_update_interval == 0:
             self.update_target()

@@ -5,15 +5,27 @@ the arrays, each 64-byte aligned. Seqlock: the writer makes the counter odd, cop
 it even (`version == counter // 2`); a reader loads the counter, copies, re-loads it and
 keeps the copy only if both loads are equal and even, else retries (bounded by a timeout).
 
-Memory ordering: counter accesses are aligned 8-byte numpy loads/stores (single-copy
-atomic on x86-64/AArch64) and each array copy is a separate opaque C call (`np.copyto`)
-reached through the interpreter, so the compiler cannot move copies across them. x86 (TSO)
-keeps stores ordered with stores and loads with loads, which is all a seqlock needs: equal
-even counters around a copy prove a whole snapshot (the re-load of the counter, in the
-same segment, is the "fence-ish" read). On weakly ordered CPUs (ARM) we rely on the many
-instructions between the accesses, including the GIL atomics/mutexes that numpy's large
-copies release and re-take: sound in practice, not a formal guarantee;
-`tests/test_weights.py::test_no_torn_reads` checks it empirically.
+Memory ordering. A seqlock is sound when (writer) the odd counter is visible before any
+payload store and every payload store before the even counter, and (reader) the payload
+loads happen after the first counter load and before the second. x86 keeps stores in
+order with stores and loads with loads, but weakly ordered CPUs (ARM: Apple silicon,
+Graviton; POWER; RISC-V) may reorder them, so both sides put a full memory barrier
+(`memory_barrier`) between the counter and the payload, in each direction. Counter
+accesses are aligned 8-byte loads and stores, single-copy atomic on every 64-bit CPU.
+
+Python has no fence primitive; `memory_barrier` releases and re-acquires a lock private to
+the calling thread. Uncontended, that is one atomic read-modify-write with release
+semantics followed in program order by one with acquire semantics (glibc's `sem_post` /
+`sem_wait` under CPython 3.10-3.12's locks, sequentially consistent compare-and-swaps
+under 3.13's `PyMutex`). On every architecture CPython runs on, a release followed by an
+acquire orders all memory accesses before it before all accesses after it: the release
+keeps earlier accesses above it, the acquire keeps later ones below it, and the pair is
+not reordered (x86: locked instructions are full barriers; ARMv8: a store-release is
+ordered before a later load-acquire, RCsc; POWER: the release's `lwsync` orders earlier
+stores and loads before later ones; RISC-V: the release's `fence rw,w` and the acquire's
+`fence r,rw`). It costs well under a microsecond (`benchmarks/bench_weights.py`).
+`tests/test_weights.py` checks where the barriers sit and, empirically, that no torn
+snapshot is ever kept.
 """
 
 from __future__ import annotations
@@ -38,6 +50,23 @@ _HEADER_BYTES = _ALIGN = 64
 _MAGIC = 0x5232_4432_5745_4954  # "R2D2WEIT"
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_]{1,12}$")
 _ATTACH_LOCK = threading.Lock()
+
+
+_BARRIER = threading.local()
+
+
+def memory_barrier() -> None:
+    """A full memory fence for the calling thread (see the module docstring).
+
+    Releases and re-acquires a lock that only this thread holds, which executes a
+    release then an acquire atomic operation: no memory access moves across the pair.
+    """
+    lock = getattr(_BARRIER, "lock", None)
+    if lock is None:
+        lock = _BARRIER.lock = threading.Lock()
+        lock.acquire()
+    lock.release()
+    lock.acquire()
 
 
 def _align(n: int) -> int:
@@ -229,9 +258,11 @@ class SharedWeights:
         seq = int(self._header[0])
         odd = seq if seq & 1 else seq + 1  # odd already: a previous writer died mid-write
         self._header[0] = odd  # readers now retry
+        memory_barrier()  # the odd counter is visible before any payload store
         for dst, src in zip(self._views, arrays, strict=True):
             np.copyto(dst, src)
-        self._header[0] = odd + 1  # stores above are ordered before this one (see module doc)
+        memory_barrier()  # every payload store is visible before the even counter
+        self._header[0] = odd + 1
         return (odd + 1) >> 1
 
     def read(
@@ -256,9 +287,11 @@ class SharedWeights:
         while True:
             before = int(header[0])
             if not before & 1:
+                memory_barrier()  # the payload loads come after the first counter load
                 for dst, src in zip(out, self._views, strict=True):
                     np.copyto(dst, src)
-                if int(header[0]) == before:  # re-read in the same segment: the "fence"
+                memory_barrier()  # ... and before the second one
+                if int(header[0]) == before:
                     return before >> 1, out
             attempts += 1
             now = time.monotonic()

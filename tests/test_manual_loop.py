@@ -1,0 +1,85 @@
+"""A user's own loop with `R2D2Agent.forward`/`backward`: how a time limit is reported.
+
+A truncated episode bootstraps from its last observation, so `backward(truncated=True)`
+needs `next_observation` while training; without it the cut episode would bootstrap from
+the next episode's first observation (what the next `forward` gets).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from r2d2_agent import R2D2Agent
+from r2d2_agent.config import R2D2Config
+
+
+def make_agent() -> R2D2Agent:
+    config = R2D2Config(
+        input_shape=(4,),
+        nb_actions=2,
+        lstm_units=8,
+        dense_units=8,
+        burnin=2,
+        input_length=4,
+        multisteps=2,
+        batch_size=4,
+        memory_capacity=64,
+        train_interval=10**6,
+        seed=0,
+    )
+    agent = R2D2Agent(config)
+    agent.compile()
+    return agent
+
+
+@pytest.fixture(scope="module")
+def agent() -> R2D2Agent:
+    return make_agent()
+
+
+def fresh(agent: R2D2Agent, training: bool) -> R2D2Agent:
+    agent.training = training
+    agent.reset_states()
+    return agent
+
+
+def test_truncation_without_next_observation_while_training_raises_naming_it(agent):
+    agent = fresh(agent, training=True)
+    agent.forward(np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="next_observation"):
+        agent.backward(1.0, terminal=False, truncated=True)
+
+
+def test_the_refused_truncation_leaves_the_transition_open(agent):
+    agent = fresh(agent, training=True)
+    agent.forward(np.zeros(4, np.float32))
+    with pytest.raises(ValueError):
+        agent.backward(1.0, terminal=False, truncated=True)
+    agent.backward(1.0, terminal=False, truncated=True, next_observation=np.ones(4, np.float32))
+
+
+def test_truncation_with_next_observation_bootstraps_from_it():
+    agent = fresh(make_agent(), training=True)
+    agent.forward(np.zeros(4, np.float32))
+    last = np.full(4, 7.0, np.float32)
+    agent.backward(1.0, terminal=False, truncated=True, next_observation=last)
+    assert len(agent.learner.replay) == 1
+    _, batch, _ = agent.learner.replay.sample(1)
+    b = agent.config.burnin
+    assert batch["bootstrap_discount"][0, 0] == pytest.approx(agent.config.gamma)
+    bootstrap_obs = batch["obs"][0, b + batch["bootstrap_index"][0, 0]]
+    np.testing.assert_array_equal(bootstrap_obs[-1], last)
+
+
+def test_termination_without_next_observation_is_allowed(agent):
+    agent = fresh(agent, training=True)
+    agent.forward(np.zeros(4, np.float32))
+    agent.backward(1.0, terminal=True)
+    agent.forward(np.ones(4, np.float32))  # the next episode's first observation
+
+
+def test_truncation_without_next_observation_is_allowed_when_not_training(agent):
+    agent = fresh(agent, training=False)
+    agent.forward(np.zeros(4, np.float32))
+    agent.backward(1.0, terminal=False, truncated=True)
