@@ -61,6 +61,10 @@ def run_throughput(actors: int, numpy_policy: bool, seconds: float, rate_limit: 
         marks["end"] = p
 
     result = manager.train(max_seconds=seconds, on_progress=on_progress)
+    if "start" not in marks:
+        raise RuntimeError(
+            f"no learner update within the {seconds} s run ({result}); give it more --seconds"
+        )
     a, b = marks["start"], marks["end"]
     dt = b.elapsed_seconds - a.elapsed_seconds
     per_actor = [(y - x) / dt for x, y in zip(a.actor_env_steps, b.actor_env_steps, strict=True)]

@@ -48,7 +48,7 @@ BENCHMARKS = {
         [
             "bench_manager.py",
             "--seconds",
-            "8",
+            "40",
             "--repeats",
             "5",
             "--sections",
@@ -78,8 +78,8 @@ def run(name: str, args: list[str], out_dir: pathlib.Path) -> dict:
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )
     seconds = round(time.perf_counter() - start, 1)
-    lines = [line for line in proc.stdout.splitlines() if line.strip().startswith("{")]
-    if proc.returncode != 0 or not lines:
+    result = _last_json(proc.stdout)
+    if proc.returncode != 0 or result is None:
         return {
             "benchmark": name,
             "ok": False,
@@ -88,7 +88,22 @@ def run(name: str, args: list[str], out_dir: pathlib.Path) -> dict:
             "log": str(log_path),
         }
     (out_dir / f"{name}.json").write_text(proc.stdout)
-    return {"benchmark": name, "ok": True, "seconds": seconds, "result": json.loads(lines[-1])}
+    return {"benchmark": name, "ok": True, "seconds": seconds, "result": result}
+
+
+def _last_json(stdout: str) -> dict | None:
+    """The benchmark's result: its whole output as one JSON document (some print it
+    indented), else its last JSON line (others print one line per run)."""
+    try:
+        return json.loads(stdout)
+    except json.JSONDecodeError:
+        pass
+    for line in reversed(stdout.splitlines()):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            continue
+    return None
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""Tests of the R2D2 SequenceAdder (table-driven, Acme style)."""
+"""Tests of `r2d2_agent.replay.adder.SequenceAdder`, R2D2's sequence adder (table-driven,
+Acme style)."""
 
 from __future__ import annotations
 
@@ -533,12 +534,24 @@ def test_add_before_add_first_raises():
         adder.add(0, 0.0, np.ones(1), False, False, np.zeros((2, 2)), np.zeros(3))
 
 
-def test_add_first_mid_episode_raises_and_reset_discards():
-    rec = Recorder()
+def _adder_mid_episode(rec):
+    """An adder one step into its second episode (after a finished one-step episode)."""
     adder = make_adder(rec)
     run_episode(adder, 1, terminated=False)  # Finished episodes allow a new add_first.
     adder.add_first(np.ones(1))
     adder.add(0, 0.0, np.ones(1), False, False, np.zeros((2, 2)), q_of(0))
+    return adder
+
+
+def test_add_first_mid_episode_raises():
+    adder = _adder_mid_episode(Recorder())
+    with pytest.raises(RuntimeError):
+        adder.add_first(np.ones(1))
+
+
+def test_reset_discards_the_unfinished_episode():
+    rec = Recorder()
+    adder = _adder_mid_episode(rec)
     with pytest.raises(RuntimeError):
         adder.add_first(np.ones(1))
     adder.reset()

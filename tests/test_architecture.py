@@ -88,9 +88,9 @@ def test_imports_point_to_lower_layers_only(path):
     assert not upward, f"{path.relative_to(PACKAGE)} (layer {LAYERS[unit]}) imports {upward}"
 
 
-def test_the_compat_module_and_the_config_import_nothing_of_the_package():
-    for name in ("compat.py", "config.py"):
-        assert _imported_units(PACKAGE / name) == set(), name
+@pytest.mark.parametrize("name", ["compat.py", "config.py"])
+def test_the_compat_module_and_the_config_import_nothing_of_the_package(name):
+    assert _imported_units(PACKAGE / name) == set(), name
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,8 @@
-"""The built-in callbacks: TensorBoard summaries and atomic checkpoints."""
+"""Tests of `r2d2_agent.callbacks`: TensorBoard summaries and atomic checkpoints."""
 
 import os
+import pickle
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -9,27 +11,22 @@ import pytest
 from r2d2_agent import R2D2Agent
 from r2d2_agent.callbacks import CheckpointCallback, TensorBoardCallback
 from r2d2_agent.compat import tf
-from r2d2_agent.presets import cartpole_config
 
-TINY = dict(
-    lstm_units=8,
-    dense_units=8,
-    burnin=2,
-    input_length=4,
-    multisteps=2,
-    batch_size=4,
-    memory_capacity=64,
-    memory_warmup=4,
-    train_interval=2,
-    actor_sync_interval=10,
-    seed=3,
-)
+LEARNING = dict(memory_warmup=4, train_interval=2, actor_sync_interval=10, seed=3)
+"""On top of `make_config`'s tiny CartPole: the learner updates every 2 env steps from the
+4th stored sequence on, so short runs have losses to log."""
 
 
-def _agent(**overrides):
-    agent = R2D2Agent(cartpole_config(**{**TINY, **overrides}))
-    agent.compile()
-    return agent
+@pytest.fixture(scope="module")
+def make_agent(make_config):
+    """Factory: a compiled agent of the tiny CartPole config that learns (`LEARNING`)."""
+
+    def factory(**overrides):
+        agent = R2D2Agent(make_config(**{**LEARNING, **overrides}))
+        agent.compile()
+        return agent
+
+    return factory
 
 
 def _tags(logdir):
@@ -41,10 +38,10 @@ def _tags(logdir):
     return tags
 
 
-def test_tensorboard_callback_writes_namespaced_metrics(tmp_path):
-    agent = _agent()
+def test_tensorboard_callback_writes_namespaced_metrics(make_agent, cartpole, tmp_path):
+    agent = make_agent()
     agent.fit(
-        gym.make("CartPole-v1"),
+        cartpole,
         nb_steps=300,
         verbose=0,
         callbacks=[TensorBoardCallback(str(tmp_path), interval=20)],
@@ -60,33 +57,41 @@ def test_tensorboard_callback_writes_namespaced_metrics(tmp_path):
 
 
 def test_tensorboard_callback_pickles_without_its_writer(tmp_path):
-    import pickle
-
     callback = TensorBoardCallback(str(tmp_path))
     callback._scalars("learner", 1, {"losses/td_loss": 1.0})
     clone = pickle.loads(pickle.dumps(callback))
     assert clone._writer is None and clone.logdir == str(tmp_path)
 
 
-def test_checkpoint_callback_saves_every_interval_and_at_the_end(tmp_path):
-    path = tmp_path / "ckpt.h5"
-    callback = CheckpointCallback(str(path), interval=100)
-    agent = _agent()
-    agent.fit(gym.make("CartPole-v1"), nb_steps=250, verbose=0, callbacks=[callback])
-    assert callback.saves == 3  # steps 100, 200 and the end
-    assert path.exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.h5"]  # no temporary left
+@pytest.fixture(scope="module")
+def checkpointed_fit(make_agent, tmp_path_factory):
+    """A fit of 250 steps that checkpoints every 100 steps and at the end."""
+    directory = tmp_path_factory.mktemp("checkpoints")
+    callback = CheckpointCallback(str(directory / "ckpt.h5"), interval=100)
+    env = gym.make("CartPole-v1")
+    make_agent().fit(env, nb_steps=250, verbose=0, callbacks=[callback])
+    env.close()
+    return SimpleNamespace(saves=callback.saves, files=[p.name for p in directory.iterdir()])
 
 
-def test_checkpoint_callback_loads_weights_before_training(tmp_path):
-    source = _agent(seed=11)
+def test_checkpoint_callback_saves_every_interval_and_at_the_end(checkpointed_fit):
+    assert checkpointed_fit.saves == 3  # steps 100, 200 and the end
+    assert "ckpt.h5" in checkpointed_fit.files
+
+
+def test_checkpoint_callback_leaves_no_temporary_file(checkpointed_fit):
+    assert checkpointed_fit.files == ["ckpt.h5"]
+
+
+def test_checkpoint_callback_loads_weights_before_training(make_agent, cartpole, tmp_path):
+    source = make_agent(seed=11)
     source.save_weights(str(tmp_path / "w.h5"))
     obs = np.array([0.01, -0.02, 0.03, 0.04], np.float32)
     expected = source.compute_q_values(obs)
-    target = _agent(seed=12, memory_warmup=64)  # no learning within 1 step
+    target = make_agent(seed=12, memory_warmup=64)  # no learning within 1 step
     assert not np.allclose(target.compute_q_values(obs), expected)
     target.fit(
-        gym.make("CartPole-v1"),
+        cartpole,
         nb_steps=1,
         verbose=0,
         callbacks=[
@@ -99,8 +104,8 @@ def test_checkpoint_callback_loads_weights_before_training(tmp_path):
     np.testing.assert_allclose(target.compute_q_values(obs), expected, rtol=1e-5)
 
 
-def test_checkpoint_callback_saves_from_the_learner_hooks(tmp_path):
-    agent = _agent()
+def test_checkpoint_callback_saves_from_the_learner_hooks(make_agent, tmp_path):
+    agent = make_agent()
     callback = CheckpointCallback(str(tmp_path / "l.h5"), interval=2, save_at_end=True)
     agent.learner.updates = 4
     callback.on_r2d2_learner_train_end(agent.learner)

@@ -1,4 +1,4 @@
-"""Tests for r2d2_agent.compat: keras-rl2 on TensorFlow 2.16+ through tf-keras."""
+"""Tests of `r2d2_agent.compat`: keras-rl2 on TensorFlow 2.16+ through tf-keras."""
 
 from __future__ import annotations
 
@@ -37,8 +37,11 @@ def test_tensorflow_keras_is_tf_keras():
     assert tk.__version__ == keras.__version__
 
 
-def test_eager_still_enabled_and_rl_agents_not_imported():
+def test_eager_execution_is_still_enabled():
     assert tf.executing_eagerly()
+
+
+def test_rl_agents_is_not_imported():
     assert "rl.agents" not in sys.modules
     assert not any(name.startswith("rl.agents") for name in sys.modules)
 
@@ -50,7 +53,11 @@ def test_enable_gpu_memory_growth_matches_visible_gpus():
     assert 0 <= enabled <= n_gpus
     if n_gpus == 0:
         assert enabled == 0
-    assert compat.enable_gpu_memory_growth() == enabled  # calling again changes nothing
+
+
+def test_enable_gpu_memory_growth_again_changes_nothing():
+    enabled = compat.enable_gpu_memory_growth()
+    assert compat.enable_gpu_memory_growth() == enabled
 
 
 def test_set_global_seed_is_reproducible():
@@ -63,6 +70,9 @@ def test_set_global_seed_is_reproducible():
     first = draw()
     compat.set_global_seed(123)
     assert draw() == first
+
+
+def test_set_global_seed_rejects_a_negative_seed():
     with pytest.raises(ValueError):
         compat.set_global_seed(-1)
 
@@ -112,8 +122,12 @@ def _drive(callbacks, params, nb_episodes=2, steps=3):
     return history
 
 
-@pytest.mark.filterwarnings("ignore:Mean of empty slice:RuntimeWarning")
-def test_keras_rl_loggers_work(tmp_path, capsys):
+@pytest.fixture
+def train_loggers(tmp_path, capsys):
+    """Drives keras-rl's three training loggers through 2 episodes of 3 steps.
+
+    Returns (History, what the FileLogger wrote, what was printed).
+    """
     path = tmp_path / "log.json"
     history = _drive(
         [
@@ -123,14 +137,30 @@ def test_keras_rl_loggers_work(tmp_path, capsys):
         ],
         {"nb_steps": 6},
     )
+    return history, json.loads(path.read_text()), capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice:RuntimeWarning")
+def test_keras_history_records_the_episode_rewards(train_loggers):
+    history, _, _ = train_loggers
     assert history.history["episode_reward"] == [3.0, 3.0]
-    data = json.loads(path.read_text())
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice:RuntimeWarning")
+def test_keras_rl_file_logger_writes_episodes_metrics_and_steps(train_loggers):
+    _, data, _ = train_loggers
     assert data["episode"] == [0, 1]
     assert data["loss"] == [0.5, 0.5]
     assert data["nb_steps"] == [3, 6]
-    out = capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice:RuntimeWarning")
+def test_keras_rl_train_loggers_print_the_run_and_its_episodes(train_loggers):
+    _, _, out = train_loggers
     assert "Training for 6 steps" in out and "episode reward:  3.000" in out
 
+
+def test_keras_rl_test_logger_prints_each_episode(capsys):
     _drive([rl_callbacks.TestLogger()], {"nb_episodes": 2})
     out = capsys.readouterr().out
     assert "Testing for 2 episodes" in out and "Episode 2: reward: 3.000, steps: " in out

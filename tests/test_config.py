@@ -18,21 +18,7 @@ import pytest
 from r2d2_agent import config as config_module
 from r2d2_agent.config import InputType, R2D2Config
 
-
-def small(**changes):
-    """A valid small config with `changes` applied."""
-    kwargs = {
-        "input_shape": (4,),
-        "nb_actions": 2,
-        "lstm_units": 8,
-        "dense_units": 8,
-        "burnin": 2,
-        "input_length": 4,
-        "multisteps": 1,
-        "batch_size": 4,
-        "memory_capacity": 64,
-    }
-    return R2D2Config(**(kwargs | changes))
+LIMITS = dict(input_length=4, memory_capacity=64)  # what two of the invalid values exceed
 
 
 @pytest.mark.parametrize(
@@ -41,15 +27,15 @@ def small(**changes):
         ("gamma", 1.5),
         ("batch_size", 0),
         ("lstm_units", -1),
-        ("sequence_period", 5),  # > input_length = 4
+        ("sequence_period", 5),  # > input_length (4 in `LIMITS`)
         ("loss", "l1"),
-        ("memory_warmup", 65),  # > memory_capacity = 64
+        ("memory_warmup", 65),  # > memory_capacity (64 in `LIMITS`)
         ("input_type", "VALUES"),  # a string, not an InputType
     ],
 )
-def test_invalid_value_raises_value_error_naming_field_and_value(field, value):
+def test_invalid_value_raises_value_error_naming_field_and_value(make_config, field, value):
     with pytest.raises(ValueError) as info:
-        small(**{field: value})
+        make_config(**LIMITS, **{field: value})
     message = str(info.value)
     assert field in message
     assert str(value) in message
@@ -65,9 +51,9 @@ def test_invalid_value_raises_value_error_naming_field_and_value(field, value):
         (InputType.COLOR, (16, 16)),
     ],
 )
-def test_frame_shape_not_fitting_input_type_raises_naming_both(input_type, bad_shape):
+def test_frame_shape_not_fitting_input_type_raises_naming_both(make_config, input_type, bad_shape):
     with pytest.raises(ValueError) as info:
-        small(input_shape=bad_shape, input_type=input_type)
+        make_config(input_shape=bad_shape, input_type=input_type)
     message = str(info.value)
     assert input_type.name in message
     assert str(tuple(bad_shape)) in message
@@ -82,61 +68,70 @@ def test_frame_shape_not_fitting_input_type_raises_naming_both(input_type, bad_s
         (InputType.COLOR, (16, 16, 3)),
     ],
 )
-def test_frame_shape_fitting_input_type_is_accepted(input_type, good_shape):
-    cfg = small(input_shape=good_shape, input_type=input_type)
+def test_frame_shape_fitting_input_type_is_accepted(make_config, input_type, good_shape):
+    cfg = make_config(input_shape=good_shape, input_type=input_type)
     assert cfg.input_shape == good_shape
 
 
-def test_numpy_integers_become_python_ints():
-    cfg = small(nb_actions=np.int64(3), batch_size=np.int32(4), input_shape=np.array([4]))
+def test_numpy_integers_become_python_ints(make_config):
+    cfg = make_config(nb_actions=np.int64(3), batch_size=np.int32(4), input_shape=np.array([4]))
     assert type(cfg.nb_actions) is int and cfg.nb_actions == 3
     assert type(cfg.batch_size) is int and cfg.batch_size == 4
     assert all(type(d) is int for d in cfg.input_shape)
 
 
-def test_numpy_floats_become_python_floats():
-    cfg = small(gamma=np.float32(0.5))
+def test_numpy_floats_become_python_floats(make_config):
+    cfg = make_config(gamma=np.float32(0.5))
     assert type(cfg.gamma) is float and cfg.gamma == 0.5
 
 
-def test_period_defaults_to_half_the_input_length():
-    assert small(input_length=10).period == 5
-    assert small(input_length=1).period == 1  # never 0
+def test_period_defaults_to_half_the_input_length(make_config):
+    assert make_config(input_length=10).period == 5
 
 
-def test_explicit_sequence_period_is_used():
-    assert small(input_length=10, sequence_period=3).period == 3
+def test_default_period_is_never_zero(make_config):
+    assert make_config(input_length=1).period == 1
 
 
-def test_sequence_length_is_burnin_plus_input_length_plus_multisteps():
-    assert small(burnin=3, input_length=7, multisteps=2).sequence_length == 12
+def test_explicit_sequence_period_is_used(make_config):
+    assert make_config(input_length=10, sequence_period=3).period == 3
 
 
-def test_warmup_defaults_to_batch_size_and_follows_memory_warmup():
-    assert small(batch_size=4).warmup == 4
-    assert small(batch_size=4, memory_warmup=10).warmup == 10
+def test_sequence_length_is_burnin_plus_input_length_plus_multisteps(make_config):
+    assert make_config(burnin=3, input_length=7, multisteps=2).sequence_length == 12
 
 
-def test_lstm_units_zero_disables_lstm():
-    assert not small(lstm_units=0).enable_lstm
-    assert small(lstm_units=8).enable_lstm
+def test_warmup_defaults_to_batch_size(make_config):
+    assert make_config(batch_size=4).warmup == 4
 
 
-def test_config_is_frozen():
-    cfg = small()
+def test_warmup_follows_memory_warmup(make_config):
+    assert make_config(batch_size=4, memory_warmup=10).warmup == 10
+
+
+def test_lstm_units_zero_disables_lstm(make_config):
+    assert not make_config(lstm_units=0).enable_lstm
+
+
+def test_positive_lstm_units_enable_lstm(make_config):
+    assert make_config(lstm_units=8).enable_lstm
+
+
+def test_config_is_frozen(make_config):
+    cfg = make_config()
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.gamma = 0.5  # type: ignore[misc]
 
 
-def test_replace_returns_changed_copy_and_keeps_original():
-    cfg = small()
+def test_replace_returns_changed_copy_and_keeps_original(make_config):
+    cfg = make_config()
     other = cfg.replace(gamma=0.5)
     assert other.gamma == 0.5 and cfg.gamma == 0.997
 
 
-def test_replace_validates_again():
+def test_replace_validates_again(make_config):
     with pytest.raises(ValueError, match="gamma"):
-        small().replace(gamma=1.5)
+        make_config().replace(gamma=1.5)
 
 
 def _field_docstrings() -> dict[str, str | None]:

@@ -15,28 +15,16 @@ import numpy as np
 import pytest
 
 from r2d2_agent.compat import keras
-from r2d2_agent.config import R2D2Config
 from r2d2_agent.math import importance_weights
 from r2d2_agent.replay import PrioritizedSequenceReplay, SequenceLayout
 from r2d2_agent.roles import R2D2Builder
 
-OBS_SIZE, NB_ACTIONS = 3, 2
 
-
-def tiny_config(**changes):
-    kwargs = {
-        "input_shape": (OBS_SIZE,),
-        "nb_actions": NB_ACTIONS,
-        "lstm_units": 8,
-        "dense_units": 8,
-        "burnin": 2,
-        "input_length": 4,
-        "multisteps": 1,
-        "batch_size": 4,
-        "memory_capacity": 64,
-        "seed": 0,
-    }
-    return R2D2Config(**(kwargs | changes))
+@pytest.fixture(scope="module")
+def learner_config(make_config):
+    """Factory: the tiny CartPole config with 1-step returns (`multisteps=1`), as the
+    constant-reward test states (the look-ahead of each sequence is then one step)."""
+    return lambda **changes: make_config(**{"multisteps": 1, **changes})
 
 
 def make_sequence(config, rng, reward=None, discount=None):
@@ -47,7 +35,7 @@ def make_sequence(config, rng, reward=None, discount=None):
     seq["obs"][:] = rng.normal(size=seq["obs"].shape)
     seq["burnin_mask"][:] = 1.0
     seq["state"][:] = rng.normal(scale=0.3, size=seq["state"].shape)
-    seq["actions"][:] = rng.integers(NB_ACTIONS, size=length)
+    seq["actions"][:] = rng.integers(config.nb_actions, size=length)
     seq["returns"][:] = rng.normal(size=length) if reward is None else reward
     seq["bootstrap_discount"][:] = config.gamma**config.multisteps if discount is None else discount
     seq["bootstrap_index"][:] = np.arange(length) + config.multisteps
@@ -98,16 +86,16 @@ def weights_equal(a, b, atol=0.0):
     return all(np.allclose(x, y, rtol=0.0, atol=atol) for x, y in zip(a, b, strict=True))
 
 
-def test_step_before_warmup_raises_runtime_error():
-    learner = make_learner(tiny_config(lstm_units=0, memory_warmup=5))
+def test_step_before_warmup_raises_runtime_error(learner_config):
+    learner = make_learner(learner_config(lstm_units=0, memory_warmup=5))
     fill(learner, 4)
     assert not learner.ready
     with pytest.raises(RuntimeError, match="warm-up"):
         learner.step()
 
 
-def test_target_is_copied_only_every_target_update_interval_updates():
-    learner = make_learner(tiny_config(lstm_units=0, target_update_interval=3))
+def test_target_is_copied_only_every_target_update_interval_updates(learner_config):
+    learner = make_learner(learner_config(lstm_units=0, target_update_interval=3))
     fill(learner, 8)
     initial = learner.target.get_weights()
     learner.step()
@@ -120,8 +108,8 @@ def test_target_is_copied_only_every_target_update_interval_updates():
     assert not weights_equal(learner.target.get_weights(), initial)
 
 
-def test_step_updates_the_sampled_priorities_in_replay():
-    learner = make_learner(tiny_config(lstm_units=0, batch_size=16))
+def test_step_updates_the_sampled_priorities_in_replay(learner_config):
+    learner = make_learner(learner_config(lstm_units=0, batch_size=16))
     fill(learner, 16, priority=1.0)
     _, _, before = learner.replay.sample(64)
     assert np.allclose(before, 1.0 / 16)  # all priorities equal before the update
@@ -133,15 +121,15 @@ def test_step_updates_the_sampled_priorities_in_replay():
 
 # Shared LSTM learner ---------------------------------------------------------------------
 
-SHARED_CONFIG = tiny_config(enable_rescaling=False, clipnorm=None)
 SGD_RATE = 0.2
 
 
 class Shared:
     """One traced LSTM learner for several tests; `use` resets it."""
 
-    def __init__(self):
-        self.learner = make_learner(SHARED_CONFIG, optimizer=keras.optimizers.SGD(SGD_RATE))
+    def __init__(self, config):
+        self.config = config
+        self.learner = make_learner(config, optimizer=keras.optimizers.SGD(SGD_RATE))
         self.initial = self.learner.get_weights()
 
     def use(self, replay):
@@ -151,27 +139,33 @@ class Shared:
         learner.updates = 0
         return learner
 
+    def random_batch(self, seed):
+        rng = np.random.default_rng(seed)
+        return stack([make_sequence(self.config, rng) for _ in range(self.config.batch_size)])
+
 
 @pytest.fixture(scope="module")
-def shared():
-    return Shared()
+def shared(learner_config):
+    """Without rescaling and gradient clipping, so that losses compare exactly."""
+    return Shared(learner_config(enable_rescaling=False, clipnorm=None))
 
 
 def fixed(batch, probabilities=(0.25,) * 4):
     return FixedReplay(batch, probabilities)
 
 
-def random_batch(seed, config=SHARED_CONFIG):
-    rng = np.random.default_rng(seed)
-    return stack([make_sequence(config, rng) for _ in range(config.batch_size)])
-
-
 def test_learner_writes_back_its_td_priorities(shared):
-    replay = fixed(random_batch(1))
-    metrics = shared.use(replay).step()
+    replay = fixed(shared.random_batch(1))
+    shared.use(replay).step()
     ((indices, priorities),) = replay.updates
     assert list(indices) == [0, 1, 2, 3]
     assert priorities.shape == (4,) and np.all(priorities > 0)
+
+
+def test_learner_reports_the_mean_of_the_priorities_it_wrote(shared):
+    replay = fixed(shared.random_batch(1))
+    metrics = shared.use(replay).step()
+    ((_, priorities),) = replay.updates
     assert metrics["mean_priority"] == pytest.approx(float(priorities.mean()), rel=1e-6)
 
 
@@ -181,12 +175,12 @@ def test_equal_sampling_probabilities_give_unit_importance_weights():
 
 def test_importance_weights_scale_the_loss(shared):
     """Four identical sequences: the weighted loss is mean(w) times the unweighted one."""
-    one = make_sequence(SHARED_CONFIG, np.random.default_rng(2))
+    one = make_sequence(shared.config, np.random.default_rng(2))
     batch = stack([one] * 4)
     loss_equal = shared.use(fixed(batch)).step()["loss"]
     probabilities = np.array([0.1, 0.2, 0.4, 0.3])
     loss_skewed = shared.use(fixed(batch, probabilities)).step()["loss"]
-    beta = SHARED_CONFIG.is_exponent  # at update 0
+    beta = shared.config.is_exponent  # at update 0
     w = (probabilities / probabilities.min()) ** -beta
     assert loss_equal > 0
     assert loss_skewed == pytest.approx(w.mean() * loss_equal, rel=1e-5)
@@ -194,10 +188,10 @@ def test_importance_weights_scale_the_loss(shared):
 
 def _burnin_losses(shared, burnin_mask):
     """Losses on two batches that differ only in their burn-in observations."""
-    batch = random_batch(3)
+    batch = shared.random_batch(3)
     batch["burnin_mask"][:] = burnin_mask
     other = {k: v.copy() for k, v in batch.items()}
-    other["obs"][:, : SHARED_CONFIG.burnin] += 1.0
+    other["obs"][:, : shared.config.burnin] += 1.0
     return shared.use(fixed(batch)).step()["loss"], shared.use(fixed(other)).step()["loss"]
 
 
@@ -217,9 +211,9 @@ def test_burnin_gets_no_gradient(shared):
     If gradient flowed through the burn-in unroll, the LSTM and encoder weights would get
     extra gradient and the two SGD updates would differ.
     """
-    batch = random_batch(4)
+    batch = shared.random_batch(4)
     with_burnin = shared.use(fixed(batch))
-    b = SHARED_CONFIG.burnin
+    b = shared.config.burnin
     _, (h, c) = with_burnin.online.unroll(
         batch["obs"][:, :b],
         (batch["state"][:, 0], batch["state"][:, 1]),
@@ -232,7 +226,7 @@ def test_burnin_gets_no_gradient(shared):
         state=np.stack([h.numpy(), c.numpy()], axis=1),
     )
     no_burnin = make_learner(
-        SHARED_CONFIG.replace(burnin=0),
+        shared.config.replace(burnin=0),
         optimizer=keras.optimizers.SGD(SGD_RATE),
         replay=fixed(no_burnin_batch),
     )
@@ -247,11 +241,11 @@ def test_burnin_gets_no_gradient(shared):
 def test_learner_fits_constant_rewards(shared):
     """gamma = 0 (bootstrap discount 0), n = 1, every reward 1, no rescaling: Q -> 1."""
     replay = PrioritizedSequenceReplay(
-        64, SequenceLayout.from_config(SHARED_CONFIG).field_spec(), 0.9, seed=0
+        64, SequenceLayout.from_config(shared.config).field_spec(), 0.9, seed=0
     )
     rng = np.random.default_rng(5)
     for _ in range(16):
-        replay.add(make_sequence(SHARED_CONFIG, rng, reward=1.0, discount=0.0), 1.0)
+        replay.add(make_sequence(shared.config, rng, reward=1.0, discount=0.0), 1.0)
     learner = shared.use(replay)
     first = learner.step()["mean_q"]
     for _ in range(300):

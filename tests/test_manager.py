@@ -1,16 +1,17 @@
 """Tests of `R2D2Manager`: real actor and learner processes (spawn), faults, shutdown.
 
 Each run starts a TensorFlow learner process (about 3-5 s on a small machine), so the runs
-are few and tiny. Runs that do not need learning keep the learner in its warm-up (replay
-never fills), so it never traces its training graph. Every test checks that no child
-process and no shared-memory segment is left behind.
+are few and tiny: each one is a module-scoped fixture that runs once and keeps what its
+tests check (the manager itself is dropped before the tests see the run). Runs that do not
+need learning keep the learner in its warm-up (replay never fills), so it never traces its
+training graph. Every test, and every run's fixture, checks that no child process and no
+shared-memory segment is left behind.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import multiprocessing
 import os
 import queue
 import signal
@@ -19,51 +20,31 @@ import sys
 import textwrap
 import threading
 import time
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from r2d2_agent.config import InputType, R2D2Config
+from r2d2_agent.config import InputType
 from r2d2_agent.distributed import R2D2Manager, R2D2ProcessError, TrainResult, describe_exit
 
-CARTPOLE = functools.partial(gym.make, "CartPole-v1")
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
+CARTPOLE = functools.partial(gym.make, "CartPole-v1")  # a picklable env factory
 
-def tiny_config(**overrides) -> R2D2Config:
-    base = dict(
-        input_shape=(4,),
-        nb_actions=2,
-        lstm_units=16,
-        dense_units=16,
-        burnin=2,
-        input_length=4,
-        multisteps=2,
-        batch_size=4,
-        memory_capacity=200,
-        actor_sync_interval=50,
-        seed=0,
-    )
-    return R2D2Config(**{**base, **overrides})
-
+MANAGER = dict(memory_capacity=200, actor_sync_interval=50)
+"""On top of `make_config`'s tiny CartPole: a replay of 200 sequences, so that the warm-up
+of `NO_TRAINING` fits in it, and a weights pull every 50 env steps, so that each actor of the
+800-step run pulls several times."""
 
 NO_TRAINING = dict(memory_warmup=200)  # replay never fills: the learner only receives
 
 
-def my_segments(pid: int | None = None) -> list[str]:
-    prefix = f"r2d2_{os.getpid() if pid is None else pid}_"
-    return (
-        [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
-        if os.path.isdir("/dev/shm")
-        else []
-    )
-
-
-@pytest.fixture(autouse=True)
-def _nothing_left_behind():
-    yield
-    assert multiprocessing.active_children() == []
-    assert my_segments() == []
+@pytest.fixture(scope="module")
+def manager_config(make_config):
+    """Factory: the tiny CartPole config with `MANAGER` and `overrides` applied."""
+    return lambda **overrides: make_config(**{**MANAGER, **overrides})
 
 
 # Callbacks pickled into the children (module level, duck-typed: no TensorFlow import).
@@ -97,96 +78,226 @@ def _pendulum():
 
 
 # ----------------------------------------------------------------- bad inputs ------
-def test_bad_inputs_raise_in_the_parent_before_any_child():
-    config = tiny_config()
+# Each bad input raises in the parent, before any child process starts (`no_leftovers`).
+def test_unpicklable_env_factory_is_rejected(manager_config):
     with pytest.raises(TypeError, match="env_factory must be picklable"):
-        R2D2Manager(lambda: gym.make("CartPole-v1"), config)
+        R2D2Manager(lambda: gym.make("CartPole-v1"), manager_config())
+
+
+def test_env_with_a_continuous_action_space_is_rejected(manager_config):
     with pytest.raises(ValueError, match="continuous action space"):
-        R2D2Manager(_pendulum, config.replace(input_shape=(3,)))
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="actor_num"):
-            R2D2Manager(CARTPOLE, config, actor_num=bad)
+        R2D2Manager(_pendulum, manager_config(input_shape=(3,)))
+
+
+@pytest.mark.parametrize("actor_num", [0, -1, 1.5, True])
+def test_actor_num_that_is_not_a_positive_int_is_rejected(manager_config, actor_num):
+    with pytest.raises(ValueError, match="actor_num"):
+        R2D2Manager(CARTPOLE, manager_config(), actor_num=actor_num)
+
+
+def test_env_observation_shape_differing_from_the_config_is_rejected(manager_config):
     with pytest.raises(
         ValueError,
-        match=r"observation shape \(4,\) does not match "
-        r"config.input_shape \(5,\)",
+        match=r"observation shape \(4,\) does not match config.input_shape \(5,\)",
     ):
-        R2D2Manager(CARTPOLE, config.replace(input_shape=(5,)))
+        R2D2Manager(CARTPOLE, manager_config(input_shape=(5,)))
+
+
+def test_env_action_count_differing_from_the_config_is_rejected(manager_config):
     with pytest.raises(ValueError, match="the env has 2 actions but config.nb_actions is 3"):
-        R2D2Manager(CARTPOLE, config.replace(nb_actions=3))
+        R2D2Manager(CARTPOLE, manager_config(nb_actions=3))
+
+
+def test_config_that_is_not_an_r2d2config_is_rejected():
     with pytest.raises(TypeError, match="R2D2Config"):
         R2D2Manager(CARTPOLE, {"input_shape": (4,)})
+
+
+def test_numpy_policy_for_image_inputs_is_rejected(manager_config):
     with pytest.raises(ValueError, match="use_numpy_policy"):
         R2D2Manager(
             CARTPOLE,
-            config.replace(input_shape=(4, 1, 1), input_type=InputType.COLOR),
+            manager_config(input_shape=(4, 1, 1), input_type=InputType.COLOR),
             use_numpy_policy=True,
         )
-    manager = R2D2Manager(CARTPOLE, config)
+
+
+def test_train_without_any_limit_is_rejected(manager_config):
+    manager = R2D2Manager(CARTPOLE, manager_config())
     with pytest.raises(ValueError, match="at least one limit"):
         manager.train()
+
+
+def test_train_with_zero_nb_steps_is_rejected(manager_config):
+    manager = R2D2Manager(CARTPOLE, manager_config())
     with pytest.raises(ValueError, match="nb_steps"):
         manager.train(nb_steps=0)
+
+
+def test_create_test_agent_before_train_raises(manager_config):
+    manager = R2D2Manager(CARTPOLE, manager_config())
     with pytest.raises(RuntimeError, match="call train"):
         manager.create_test_agent()
-    assert multiprocessing.active_children() == []
 
 
 # ----------------------------------------------------------------- a real run ------
-def test_two_actors_run_to_nb_steps_and_hand_over_weights():
+def _two_actor_run(config):
+    """One learning run of two actors to 800 env steps; the test agent made after it."""
     hooks = ParentHooks()
-    config = tiny_config()
     manager = R2D2Manager(
         CARTPOLE, config, actor_num=2, callbacks=[hooks], progress=False, publish_interval=5
     )
-    seen: list = []
+    snapshots: list = []
     with manager:
-        result = manager.train(nb_steps=800, max_seconds=150, on_progress=seen.append)
-    assert isinstance(result, TrainResult) and result.stop_reason == "nb_steps"
-    assert hooks.calls == ["begin", "end"]
-    assert 800 <= result.env_steps <= 801  # at most actor_num - 1 steps past the budget
+        result = manager.train(nb_steps=800, max_seconds=150, on_progress=snapshots.append)
+    return SimpleNamespace(
+        config=config,
+        result=result,
+        snapshots=snapshots,
+        hook_calls=hooks.calls,
+        latest_weights=manager.latest_weights(),
+        test_agent=manager.create_test_agent(),
+    )
+
+
+@pytest.fixture(scope="module")
+def two_actor_run(manager_config, assert_no_leftovers):
+    run = _two_actor_run(manager_config())
+    assert_no_leftovers()
+    yield run
+    assert_no_leftovers()
+
+
+def test_run_returns_a_train_result(two_actor_run):
+    assert isinstance(two_actor_run.result, TrainResult)
+
+
+def test_run_stops_for_nb_steps(two_actor_run):
+    assert two_actor_run.result.stop_reason == "nb_steps"
+
+
+def test_run_stops_within_actor_num_minus_one_steps_past_nb_steps(two_actor_run):
+    assert 800 <= two_actor_run.result.env_steps <= 800 + (2 - 1)
+
+
+def test_per_actor_env_steps_sum_to_the_total(two_actor_run):
+    result = two_actor_run.result
     assert sum(result.actor_env_steps) == result.env_steps
-    assert all(steps > 0 for steps in result.actor_env_steps)
+
+
+def test_every_actor_stepped(two_actor_run):
+    assert all(steps > 0 for steps in two_actor_run.result.actor_env_steps)
+
+
+def test_step_and_update_counts_are_python_ints(two_actor_run):
+    result = two_actor_run.result
     assert all(isinstance(n, int) for n in (result.env_steps, result.learner_updates))
-    assert result.learner_updates > 0 and result.weights_version >= 1
-    assert result.sequences_received > 0 and result.actor_restarts == [0, 0]
-    assert len(result.episode_returns) == 2 and all(result.episode_returns)
-    assert result.recent_mean_return() > 0
-    for info in result.actor_info:  # the numpy policy never loads TensorFlow
+
+
+def test_learner_trained(two_actor_run):
+    assert two_actor_run.result.learner_updates > 0
+
+
+def test_learner_published_weights(two_actor_run):
+    assert two_actor_run.result.weights_version >= 1
+
+
+def test_learner_received_sequences(two_actor_run):
+    assert two_actor_run.result.sequences_received > 0
+
+
+def test_no_actor_was_restarted(two_actor_run):
+    assert two_actor_run.result.actor_restarts == [0, 0]
+
+
+def test_every_actor_reports_episode_returns(two_actor_run):
+    returns = two_actor_run.result.episode_returns
+    assert len(returns) == 2 and all(returns)
+
+
+def test_recent_mean_return_is_positive(two_actor_run):
+    assert two_actor_run.result.recent_mean_return() > 0
+
+
+def test_numpy_actors_never_load_tensorflow(two_actor_run):
+    for info in two_actor_run.result.actor_info:
         assert info["policy"] == "NumpyNetwork" and info["tensorflow_loaded"] is False
-        assert info["weight_pulls"] >= 2
-    assert seen and seen[-1].env_steps <= result.env_steps
-    # the rate limiter kept updates near env steps / train_interval (+ tolerance)
-    assert result.learner_updates <= result.env_steps / config.train_interval + 16 + 1
-
-    weights = manager.latest_weights()
-    agent = manager.create_test_agent()
-    for got, want in zip(agent.learner.get_weights(), weights, strict=True):
-        np.testing.assert_array_equal(got, want)
-    assert agent.compute_q_values(np.zeros(4, np.float32)).shape == (2,)
 
 
-def test_request_stop_from_the_progress_hook():
-    manager = R2D2Manager(CARTPOLE, tiny_config(**NO_TRAINING), actor_num=1, progress=False)
+def test_every_actor_pulls_weights_during_the_run(two_actor_run):
+    assert all(info["weight_pulls"] >= 2 for info in two_actor_run.result.actor_info)
+
+
+def test_progress_snapshots_never_exceed_the_final_step_count(two_actor_run):
+    snapshots = two_actor_run.snapshots
+    assert snapshots and snapshots[-1].env_steps <= two_actor_run.result.env_steps
+
+
+def test_rate_limiter_keeps_updates_near_env_steps_per_train_interval(two_actor_run):
+    result, config = two_actor_run.result, two_actor_run.config
+    tolerance = 16  # the manager's default ratio tolerance, in updates
+    assert result.learner_updates <= result.env_steps / config.train_interval + tolerance + 1
+
+
+def test_train_hooks_run_begin_and_end_in_the_parent(two_actor_run):
+    assert two_actor_run.hook_calls == ["begin", "end"]
+
+
+def test_test_agent_holds_the_latest_weights(two_actor_run):
+    got = two_actor_run.test_agent.learner.get_weights()
+    for got_array, want in zip(got, two_actor_run.latest_weights, strict=True):
+        np.testing.assert_array_equal(got_array, want)
+
+
+def test_test_agent_computes_q_values_of_one_observation(two_actor_run):
+    q = two_actor_run.test_agent.compute_q_values(np.zeros(4, np.float32))
+    assert q.shape == (2,)
+
+
+# ------------------------------------------------------------ stop on request ------
+def _requested_stop(config):
+    """A run that the progress hook stops after 100 env steps, then 2 evaluation episodes."""
+    manager = R2D2Manager(CARTPOLE, config, actor_num=1, progress=False)
 
     def on_progress(p):
         if p.env_steps >= 100:
             manager.request_stop()
 
     result = manager.train(max_seconds=120, on_progress=on_progress)
-    assert result.stop_reason == "requested" and result.env_steps >= 100
     returns = manager.evaluate(2, seed=0)  # greedy, in this process, latest weights
+    return SimpleNamespace(result=result, evaluation_returns=returns)
+
+
+@pytest.fixture(scope="module")
+def requested_stop(manager_config, assert_no_leftovers):
+    run = _requested_stop(manager_config(**NO_TRAINING))
+    assert_no_leftovers()
+    yield run
+    assert_no_leftovers()
+
+
+def test_request_stop_from_the_progress_hook_stops_the_run(requested_stop):
+    result = requested_stop.result
+    assert result.stop_reason == "requested" and result.env_steps >= 100
+
+
+def test_evaluate_plays_the_requested_episodes_with_the_latest_weights(requested_stop):
+    returns = requested_stop.evaluation_returns
     assert len(returns) == 2 and all(r > 0 for r in returns)
 
 
 # ----------------------------------------------------------------- faults ----------
-def test_describe_exit():
-    assert describe_exit(-9) == "killed by SIGKILL" and describe_exit(1) == "exit code 1"
-    assert describe_exit(None) == "still running"
+@pytest.mark.parametrize(
+    ("exitcode", "description"),
+    [(-9, "killed by SIGKILL"), (1, "exit code 1"), (None, "still running")],
+)
+def test_describe_exit_puts_an_exit_code_in_words(exitcode, description):
+    assert describe_exit(exitcode) == description
 
 
-def test_killed_actor_is_restarted_then_the_run_stops_with_a_clear_error():
-    config = tiny_config(**NO_TRAINING)
+def _killed_actor(config):
+    """A one-actor run (one restart allowed) whose actor is killed twice with SIGKILL: once
+    after 200 env steps, and again once its restarted process delivers data."""
     manager = R2D2Manager(CARTPOLE, config, actor_num=1, max_actor_restarts=1, progress=False)
     state: dict = {"kills": []}
 
@@ -210,19 +321,49 @@ def test_killed_actor_is_restarted_then_the_run_stops_with_a_clear_error():
 
     with pytest.raises(R2D2ProcessError) as info:
         manager.train(max_seconds=120, on_progress=on_progress)
-    detected = time.monotonic() - state["kills"][-1][1]
-    err = info.value
-    assert len(state["kills"]) == 2
-    assert err.role == "actor" and err.index == 0 and err.exitcode == -signal.SIGKILL
-    assert "killed by SIGKILL" in str(err) and "max_actor_restarts=1" in str(err)
-    assert detected < 5.0
-    assert manager.latest_weights() is not None  # kept from the shared segment
+    return SimpleNamespace(
+        kills=state["kills"],
+        error=info.value,
+        detected_after=time.monotonic() - state["kills"][-1][1],
+        latest_weights=manager.latest_weights(),
+    )
 
 
-def test_actor_exception_is_restarted_then_reported_with_its_traceback():
+@pytest.fixture(scope="module")
+def killed_actor(manager_config, assert_no_leftovers):
+    run = _killed_actor(manager_config(**NO_TRAINING))
+    assert_no_leftovers()
+    yield run
+    assert_no_leftovers()
+
+
+def test_killed_actor_is_restarted_and_its_new_process_delivers_data(killed_actor):
+    assert len(killed_actor.kills) == 2  # the second kill needs the restart's data
+
+
+def test_actor_killed_past_max_actor_restarts_fails_the_run(killed_actor):
+    error = killed_actor.error
+    assert error.role == "actor" and error.index == 0 and error.exitcode == -signal.SIGKILL
+
+
+def test_actor_failure_message_names_the_signal_and_the_restart_limit(killed_actor):
+    message = str(killed_actor.error)
+    assert "killed by SIGKILL" in message and "max_actor_restarts=1" in message
+
+
+def test_killed_actor_is_detected_within_five_seconds(killed_actor):
+    assert killed_actor.detected_after < 5.0
+
+
+def test_latest_weights_survive_a_failed_run(killed_actor):
+    assert killed_actor.latest_weights is not None  # kept from the shared segment
+
+
+def _actor_exception(config):
+    """The error of a run whose only actor raises in its begin hook (one restart allowed)."""
     manager = R2D2Manager(
         CARTPOLE,
-        tiny_config(**NO_TRAINING),
+        config,
         actor_num=1,
         callbacks=[FailingActorCallback(index=0)],
         max_actor_restarts=1,
@@ -230,32 +371,69 @@ def test_actor_exception_is_restarted_then_reported_with_its_traceback():
     )
     with pytest.raises(R2D2ProcessError) as info:
         manager.train(max_seconds=120)
-    message = str(info.value)
-    assert info.value.role == "actor" and info.value.index == 0
-    assert info.value.exitcode == 1 and "(exit code 1)" in message
-    assert "already restarted 1 time(s)" in message
+    return info.value
+
+
+@pytest.fixture(scope="module")
+def actor_exception(manager_config, assert_no_leftovers):
+    error = _actor_exception(manager_config(**NO_TRAINING))
+    assert_no_leftovers()
+    yield error
+    assert_no_leftovers()
+
+
+def test_actor_exception_fails_the_run_naming_the_actor_and_exit_code(actor_exception):
+    assert actor_exception.role == "actor" and actor_exception.index == 0
+    assert actor_exception.exitcode == 1 and "(exit code 1)" in str(actor_exception)
+
+
+def test_actor_exception_is_reported_after_the_allowed_restarts(actor_exception):
+    assert "already restarted 1 time(s)" in str(actor_exception)
+
+
+def test_actor_exception_is_reported_with_the_childs_traceback(actor_exception):
+    message = str(actor_exception)
     assert "Traceback (most recent call last)" in message
     assert "ValueError: boom in actor 0" in message
-    assert "on_r2d2_actor_begin" in info.value.child_traceback
+    assert "on_r2d2_actor_begin" in actor_exception.child_traceback
 
 
-def test_learner_exception_stops_the_run_and_is_reraised_with_its_traceback():
+def _learner_exception(config):
+    """The error of a run whose learner raises in its begin hook, and the run's duration."""
     manager = R2D2Manager(
-        CARTPOLE,
-        tiny_config(**NO_TRAINING),
-        actor_num=1,
-        callbacks=[FailingLearnerCallback()],
-        progress=False,
+        CARTPOLE, config, actor_num=1, callbacks=[FailingLearnerCallback()], progress=False
     )
     t0 = time.monotonic()
-    with pytest.raises(R2D2ProcessError, match="learner failed") as info:
+    with pytest.raises(R2D2ProcessError) as info:
         manager.train(max_seconds=120)
-    assert time.monotonic() - t0 < 60
-    assert info.value.role == "learner" and info.value.exitcode == 1
-    assert "ValueError: boom in the learner" in str(info.value)
-    assert "Traceback (most recent call last)" in str(info.value)
+    return SimpleNamespace(error=info.value, seconds=time.monotonic() - t0)
 
 
+@pytest.fixture(scope="module")
+def learner_exception(manager_config, assert_no_leftovers):
+    run = _learner_exception(manager_config(**NO_TRAINING))
+    assert_no_leftovers()
+    yield run
+    assert_no_leftovers()
+
+
+def test_learner_exception_stops_the_run_well_before_its_time_limit(learner_exception):
+    assert learner_exception.seconds < 60
+
+
+def test_learner_exception_fails_the_run_naming_the_learner(learner_exception):
+    error = learner_exception.error
+    assert "learner failed" in str(error)
+    assert error.role == "learner" and error.exitcode == 1
+
+
+def test_learner_exception_is_reported_with_the_childs_traceback(learner_exception):
+    message = str(learner_exception.error)
+    assert "ValueError: boom in the learner" in message
+    assert "Traceback (most recent call last)" in message
+
+
+# ----------------------------------------------------------------- Ctrl-C ----------
 _SIGINT_SCRIPT = textwrap.dedent("""
     import functools, json, multiprocessing, sys
     import gymnasium as gym
@@ -288,11 +466,20 @@ _SIGINT_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_ctrl_c_stops_gracefully_keeps_weights_and_never_loads_tf_in_the_parent(tmp_path):
+@pytest.fixture(scope="module")
+def ctrl_c(tmp_path_factory, shm_segments):
+    """A two-actor run in a script of its own, interrupted like a terminal's Ctrl-C (SIGINT
+    to the whole process group) once both actors stepped and weights were published.
+
+    Gives what the script reported when ready and at the end, its exit code and stderr, and
+    what is left once it exited: live child pids, its shared-memory segments.
+    """
+    tmp_path = tmp_path_factory.mktemp("ctrl_c")
     script = tmp_path / "run_manager.py"
     script.write_text(_SIGINT_SCRIPT)
+    stderr_path = tmp_path / "stderr.txt"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
-    with open(tmp_path / "stderr.txt", "w") as stderr:
+    with open(stderr_path, "w") as stderr:
         proc = subprocess.Popen(
             [sys.executable, str(script)],
             stdout=subprocess.PIPE,
@@ -314,28 +501,54 @@ def test_ctrl_c_stops_gracefully_keeps_weights_and_never_loads_tf_in_the_parent(
                 continue
             if line.startswith(prefix):
                 return json.loads(line[len(prefix) :])
-        proc.kill()
-        raise AssertionError(
-            f"no {prefix!r} line; stderr:\n{(tmp_path / 'stderr.txt').read_text()[-3000:]}"
-        )
+        raise AssertionError(f"no {prefix!r} line; stderr:\n{stderr_path.read_text()[-3000:]}")
 
     try:
         ready = expect("READY ", 120)
         os.killpg(proc.pid, signal.SIGINT)  # like a terminal's Ctrl-C: the whole group
         result = expect("RESULT ", 60)
-        assert proc.wait(30) == 0
+        exitcode = proc.wait(30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # a failed run: end the whole session, children included
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert ready["tf"] is False and result["tf"] is False  # no TensorFlow in the parent
-    assert result["reason"] == "interrupted" and result["steps"] > 0
-    assert result["weights"] is True and result["version"] >= 1
-    assert result["children"] == 0
-    for pid in ready["pids"]:
-        assert not os.path.exists(f"/proc/{pid}"), f"child {pid} is still alive"
-    assert my_segments(proc.pid) == []
-    assert "Traceback" not in (tmp_path / "stderr.txt").read_text()
+    return SimpleNamespace(
+        ready=ready,
+        result=result,
+        exitcode=exitcode,
+        stderr=stderr_path.read_text(),
+        live_children=[pid for pid in ready["pids"] if os.path.exists(f"/proc/{pid}")],
+        segments=shm_segments(proc.pid),
+    )
+
+
+def test_ctrl_c_stops_the_run_as_interrupted(ctrl_c):
+    assert ctrl_c.result["reason"] == "interrupted" and ctrl_c.result["steps"] > 0
+
+
+def test_ctrl_c_lets_the_script_exit_normally(ctrl_c):
+    assert ctrl_c.exitcode == 0
+
+
+def test_ctrl_c_keeps_the_latest_weights(ctrl_c):
+    assert ctrl_c.result["weights"] is True and ctrl_c.result["version"] >= 1
+
+
+def test_manager_never_loads_tensorflow_in_the_parent(ctrl_c):
+    assert ctrl_c.ready["tf"] is False and ctrl_c.result["tf"] is False
+
+
+def test_ctrl_c_leaves_no_child_process(ctrl_c):
+    assert ctrl_c.result["children"] == 0
+    assert ctrl_c.live_children == [], "a child process is still alive"
+
+
+def test_ctrl_c_leaves_no_shared_memory_segment(ctrl_c):
+    assert ctrl_c.segments == []
+
+
+def test_ctrl_c_prints_no_traceback(ctrl_c):
+    assert "Traceback" not in ctrl_c.stderr
 
 
 # ----------------------------------------------------------------- learning --------

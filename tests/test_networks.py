@@ -1,20 +1,20 @@
-"""Tests of `r2d2_agent.networks` (the Keras model) and `r2d2_agent.numpy_net`.
+"""Tests of `r2d2_agent.networks.keras_net` (the Keras model) and
+`r2d2_agent.networks.numpy_net` (its numpy forward pass).
 
 Covers the output shapes for every InputType with and without LSTM and dueling, the
 dueling head's mean-zero advantage, the agreement of the numpy forward pass with the
 Keras model (weight layout and values), the LSTM mask semantics and pluggable image
-models. Networks are tiny so that the whole module runs in a few seconds.
+models. Networks are tiny so that the whole module runs in a few seconds; each kind of
+network is built once per module (`cached_network`).
 """
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 import pytest
 
 from r2d2_agent.compat import keras
-from r2d2_agent.config import InputType, R2D2Config
+from r2d2_agent.config import InputType
 from r2d2_agent.image_models import DQNImageModel, ImageModel
 from r2d2_agent.networks.keras_net import R2D2Network
 from r2d2_agent.networks.numpy_net import NumpyNetwork, weight_layout
@@ -45,38 +45,47 @@ class TinyImageModel(ImageModel):
         return flat(conv(c))
 
 
-def make_config(input_type=InputType.VALUES, lstm=True, dueling=True, **changes):
-    kwargs = {
-        "input_shape": FRAME_SHAPES[input_type],
-        "input_type": input_type,
-        "nb_actions": NB_ACTIONS,
-        "input_sequence": 2,
-        "lstm_units": UNITS if lstm else 0,
-        "dense_units": 8,
-        "enable_dueling": dueling,
-        "burnin": 2,
-        "input_length": 4,
-        "multisteps": 1,
-        "batch_size": 4,
-        "memory_capacity": 64,
-    }
-    return R2D2Config(**(kwargs | changes))
+@pytest.fixture(scope="module")
+def network_config(make_config):
+    """Factory: the tiny config for frames of `input_type` (`FRAME_SHAPES`), with 3 actions,
+    2 stacked frames, `UNITS` LSTM units (or none) and a dueling head (or not)."""
+
+    def factory(input_type=InputType.VALUES, lstm=True, dueling=True, **changes):
+        return make_config(
+            **{
+                "input_shape": FRAME_SHAPES[input_type],
+                "input_type": input_type,
+                "nb_actions": NB_ACTIONS,
+                "input_sequence": 2,
+                "lstm_units": UNITS if lstm else 0,
+                "enable_dueling": dueling,
+                "multisteps": 1,
+                **changes,
+            }
+        )
+
+    return factory
 
 
-def cached_network(input_type=InputType.VALUES, lstm=True, dueling=True):
-    """A network shared by the tests (LSTM models take long to build).
+@pytest.fixture(scope="module")
+def cached_network(network_config):
+    """`cached_network(input_type, lstm, dueling)`: a network shared by the module's tests
+    (LSTM models take long to build), built with a `TinyImageModel` on first use.
 
     Tests that depend on weight values set all of them first (`randomize_weights`).
     Returns (config, network, image_model).
     """
-    return _build_network(input_type, lstm, dueling)
+    cache = {}
 
+    def get(input_type=InputType.VALUES, lstm=True, dueling=True):
+        key = (input_type, lstm, dueling)
+        if key not in cache:
+            config = network_config(input_type, lstm, dueling)
+            image_model = TinyImageModel()
+            cache[key] = config, R2D2Network(config, image_model), image_model
+        return cache[key]
 
-@functools.cache
-def _build_network(input_type, lstm, dueling):
-    config = make_config(input_type, lstm, dueling)
-    image_model = TinyImageModel()
-    return config, R2D2Network(config, image_model), image_model
+    return get
 
 
 def random_obs(config, batch, time, seed=0):
@@ -110,7 +119,7 @@ def all_layers(layer):
 @pytest.mark.parametrize("dueling", [True, False], ids=["dueling", "plain"])
 @pytest.mark.parametrize("lstm", [True, False], ids=["lstm", "no_lstm"])
 @pytest.mark.parametrize("input_type", list(InputType), ids=lambda t: t.name)
-def test_output_shapes(input_type, lstm, dueling):
+def test_output_shapes(cached_network, input_type, lstm, dueling):
     config, network, _ = cached_network(input_type, lstm, dueling)
     obs = random_obs(config, batch=2, time=3)
     state = (np.zeros((2, UNITS), np.float32),) * 2
@@ -120,11 +129,21 @@ def test_output_shapes(input_type, lstm, dueling):
         assert tuple(h.shape) == (2, UNITS) and tuple(c.shape) == (2, UNITS)
 
 
-def test_dqn_image_model_output_shape_on_36x36_frames():
-    config = make_config(InputType.GRAY_3ch, input_shape=(36, 36, 1))
-    network = R2D2Network(config, DQNImageModel())
+@pytest.fixture(scope="module")
+def dqn_network(network_config):
+    """An LSTM network on 36x36 gray frames with the paper's `DQNImageModel`."""
+    config = network_config(InputType.GRAY_3ch, input_shape=(36, 36, 1))
+    return config, R2D2Network(config, DQNImageModel())
+
+
+def test_dqn_image_model_output_shape_on_36x36_frames(dqn_network):
+    config, network = dqn_network
     q, (h, c) = network.unroll(random_obs(config, 2, 3), (np.zeros((2, UNITS), np.float32),) * 2)
     assert tuple(q.shape) == (2, 3, NB_ACTIONS) and tuple(h.shape) == (2, UNITS)
+
+
+def test_dqn_image_model_layers_are_in_the_network(dqn_network):
+    _, network = dqn_network
     assert {"c1", "c2", "c3"} <= {layer.name for layer in all_layers(network.model)}
 
 
@@ -136,9 +155,12 @@ def test_dqn_image_model_output_shape_on_36x36_frames():
         (InputType.COLOR, (16, 16)),
     ],
 )
-def test_frame_shape_not_fitting_input_type_raises_naming_both(input_type, bad_shape):
+def test_frame_shape_not_fitting_input_type_raises_naming_both(
+    network_config, input_type, bad_shape
+):
+    """The config already rejects the shape, so no network is built with it."""
     with pytest.raises(ValueError) as info:
-        R2D2Network(make_config(input_type, input_shape=bad_shape), TinyImageModel())
+        R2D2Network(network_config(input_type, input_shape=bad_shape), TinyImageModel())
     assert input_type.name in str(info.value) and str(bad_shape) in str(info.value)
 
 
@@ -149,8 +171,8 @@ def find_layer(model, name):
     return found[0]
 
 
-def test_dueling_q_minus_its_mean_equals_advantage_minus_its_mean():
-    config, network, _ = cached_network()
+def _dueling_head_outputs(network):
+    """(value, advantage, Q) of the Q head (features -> Q) on random features."""
     randomize_weights(network)
     head = network.head  # the Q head as its own model (features -> Q)
     probe = keras.Model(
@@ -158,14 +180,24 @@ def test_dueling_q_minus_its_mean_equals_advantage_minus_its_mean():
         [find_layer(head, "value").output, find_layer(head, "advantage").output, head.outputs[0]],
     )
     features = np.random.default_rng(5).normal(size=(2, 3, UNITS)).astype(np.float32)
-    value, advantage, q = (np.asarray(x) for x in probe(features))
+    return tuple(np.asarray(x) for x in probe(features))
+
+
+def test_dueling_q_minus_its_mean_equals_advantage_minus_its_mean(cached_network):
+    _, network, _ = cached_network()
+    _, advantage, q = _dueling_head_outputs(network)
     np.testing.assert_allclose(
         q - q.mean(-1, keepdims=True), advantage - advantage.mean(-1, keepdims=True), atol=1e-5
     )
+
+
+def test_dueling_q_mean_equals_the_value(cached_network):
+    _, network, _ = cached_network()
+    value, _, q = _dueling_head_outputs(network)
     np.testing.assert_allclose(q.mean(-1, keepdims=True), value, atol=1e-5)
 
 
-def test_dueling_q_is_unchanged_by_a_constant_added_to_the_advantage_bias():
+def test_dueling_q_is_unchanged_by_a_constant_added_to_the_advantage_bias(cached_network):
     config, network, _ = cached_network()
     randomize_weights(network)
     obs, state = random_obs(config, 2, 3), tuple(random_state(2).transpose(1, 0, 2))
@@ -178,7 +210,7 @@ def test_dueling_q_is_unchanged_by_a_constant_added_to_the_advantage_bias():
 
 @pytest.mark.parametrize("dueling", [True, False], ids=["dueling", "plain"])
 @pytest.mark.parametrize("lstm", [True, False], ids=["lstm", "no_lstm"])
-def test_weight_layout_matches_keras_weights(lstm, dueling):
+def test_weight_layout_matches_keras_weights(cached_network, lstm, dueling):
     config, network, _ = cached_network(lstm=lstm, dueling=dueling)
     model = network.model
     keras_layout = [
@@ -193,7 +225,7 @@ def test_weight_layout_matches_keras_weights(lstm, dueling):
     [(True, True), (True, False), (False, True)],
     ids=["lstm_dueling", "lstm_plain", "no_lstm_dueling"],
 )
-def test_numpy_step_by_step_equals_keras_unroll(lstm, dueling):
+def test_numpy_step_by_step_equals_keras_unroll(cached_network, lstm, dueling):
     config, network, _ = cached_network(lstm=lstm, dueling=dueling)
     randomize_weights(network)
     numpy_net = NumpyNetwork(config, network.get_weights())
@@ -208,7 +240,7 @@ def test_numpy_step_by_step_equals_keras_unroll(lstm, dueling):
         np.testing.assert_allclose(np_state[:, 1], c.numpy(), atol=1e-5)
 
 
-def test_masked_steps_keep_the_lstm_state():
+def test_masked_steps_keep_the_lstm_state(cached_network):
     config, network, _ = cached_network()
     randomize_weights(network)
     obs, state = random_obs(config, 2, 4), random_state(2)
@@ -221,7 +253,7 @@ def test_masked_steps_keep_the_lstm_state():
     np.testing.assert_allclose(c_masked.numpy(), c_short.numpy(), atol=1e-5)
 
 
-def test_unroll_equals_the_keras_lstm_layer_path():
+def test_unroll_equals_the_keras_lstm_layer_path(cached_network):
     """`unroll` may run the LSTM cell step by step; it must match the model's LSTM layer."""
     config, network, _ = cached_network()
     randomize_weights(network)
@@ -235,7 +267,7 @@ def test_unroll_equals_the_keras_lstm_layer_path():
     np.testing.assert_allclose(c_unroll.numpy(), c_layer.numpy(), atol=1e-5)
 
 
-def test_all_masked_steps_return_the_initial_state():
+def test_all_masked_steps_return_the_initial_state(cached_network):
     config, network, _ = cached_network()
     randomize_weights(network)
     state = random_state(2)
@@ -247,7 +279,7 @@ def test_all_masked_steps_return_the_initial_state():
 
 
 @pytest.mark.parametrize("lstm", [True, False], ids=["lstm", "no_lstm"])
-def test_user_image_model_subclass_is_used(lstm):
+def test_user_image_model_subclass_is_used(cached_network, lstm):
     _, network, image_model = cached_network(InputType.GRAY_2ch, lstm=lstm)
     layers = all_layers(network.model)
     names = {layer.name for layer in layers}
@@ -258,7 +290,7 @@ def test_user_image_model_subclass_is_used(lstm):
     assert id(conv.kernel) in weight_ids
 
 
-def test_image_model_changes_the_output():
+def test_image_model_changes_the_output(cached_network):
     config, network, _ = cached_network(InputType.GRAY_2ch)
     randomize_weights(network)
     obs, state = random_obs(config, 1, 2), tuple(random_state(1).transpose(1, 0, 2))
@@ -270,15 +302,15 @@ def test_image_model_changes_the_output():
     assert not np.allclose(before, after)
 
 
-def test_initial_state_is_zero_with_batch_and_units_shape():
+def test_initial_state_is_zero_with_batch_and_units_shape(cached_network):
     _, network, _ = cached_network()
     state = network.initial_state(3)
     assert state.shape == (3, 2, UNITS) and not state.any()
 
 
-def test_stacked_gray_frames_become_channels_in_order():
+def test_stacked_gray_frames_become_channels_in_order(network_config):
     """Frame k of the stack must reach channel k of the image the encoder sees."""
-    config = make_config(InputType.GRAY_2ch, lstm=False, input_shape=(4, 4))
+    config = network_config(InputType.GRAY_2ch, lstm=False, input_shape=(4, 4))
     seen = {}
 
     class Probe(ImageModel):

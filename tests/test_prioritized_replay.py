@@ -1,4 +1,4 @@
-"""Tests for r2d2_agent.replay.prioritized.PrioritizedSequenceReplay."""
+"""Tests of `r2d2_agent.replay.prioritized.PrioritizedSequenceReplay`."""
 
 from __future__ import annotations
 
@@ -67,22 +67,29 @@ def test_sample_is_stratified_one_draw_per_equal_mass_segment():
         assert indices.tolist() == list(range(8))
 
 
-def test_sample_returns_stored_content_with_field_shapes():
-    replay = _filled([1.0, 2.0, 3.0], 1.0)
-    indices, batch, probabilities = replay.sample(5)
+def test_sample_batch_has_the_field_shapes_and_dtypes():
+    indices, batch, probabilities = _filled([1.0, 2.0, 3.0], 1.0).sample(5)
     assert batch["obs"].shape == (5, 3, 2) and batch["obs"].dtype == np.float32
     assert batch["action"].shape == (5, 3) and batch["action"].dtype == np.int32
     assert indices.shape == probabilities.shape == (5,)
+
+
+def test_sample_returns_the_content_stored_at_the_sampled_indices():
+    indices, batch, _ = _filled([1.0, 2.0, 3.0], 1.0).sample(5)
     np.testing.assert_array_equal(batch["obs"][:, 0, 0], indices.astype(np.float32))
     np.testing.assert_array_equal(batch["action"][:, 0], indices)
 
 
-def test_same_seed_gives_same_samples_and_different_seed_differs():
+def test_same_seed_gives_same_samples():
     priorities = np.arange(1.0, 21.0)
-    a, b, c = (_filled(priorities, 0.6, seed=s) for s in (5, 5, 6))
-    ia, ib, ic = (r.sample(16)[0] for r in (a, b, c))
-    np.testing.assert_array_equal(ia, ib)
-    assert not np.array_equal(ia, ic)
+    a, b = (_filled(priorities, 0.6, seed=5) for _ in range(2))
+    np.testing.assert_array_equal(a.sample(16)[0], b.sample(16)[0])
+
+
+def test_different_seed_gives_different_samples():
+    priorities = np.arange(1.0, 21.0)
+    a, c = (_filled(priorities, 0.6, seed=s) for s in (5, 6))
+    assert not np.array_equal(a.sample(16)[0], c.sample(16)[0])
 
 
 def test_sample_from_empty_replay_raises():
@@ -97,11 +104,24 @@ def test_sample_rejects_invalid_batch_size(batch_size):
         _filled([1.0], 1.0).sample(batch_size)
 
 
-def test_fifo_overwrites_oldest_slot_when_full():
+def _five_items_in_three_slots():
     replay = PrioritizedSequenceReplay(3, SPEC, 1.0, seed=0)
     slots = [replay.add(_item(i), 1.0) for i in range(5)]
+    return replay, slots
+
+
+def test_add_fills_slots_in_ring_order():
+    _, slots = _five_items_in_three_slots()
     assert slots == [0, 1, 2, 0, 1]
+
+
+def test_len_stays_at_capacity_when_full():
+    replay, _ = _five_items_in_three_slots()
     assert len(replay) == 3
+
+
+def test_fifo_overwrites_oldest_slot_when_full():
+    replay, _ = _five_items_in_three_slots()
     indices, batch, _ = replay.sample(30)
     content = dict(zip(indices.tolist(), batch["obs"][:, 0, 0].tolist(), strict=True))
     assert content == {0: 3.0, 1: 4.0, 2: 2.0}
@@ -236,14 +256,22 @@ def test_constructor_rejects_invalid_arguments(kwargs, message):
         PrioritizedSequenceReplay(**args)
 
 
-def test_add_rejects_priority_too_large_for_tree_and_keeps_old_item():
+def _full_replay_after_a_too_large_priority():
+    """A full replay of items 7 and 8 after an add of item 9 with priority 1e308 (two
+    leaves of 1e308 would overflow the float64 total) failed as expected."""
     replay = PrioritizedSequenceReplay(2, SPEC, 1.0, seed=0)
     replay.add(_item(7), 1.0)
     replay.add(_item(8), 1.0)
-    # Two leaves of 1e308 would overflow the float64 total; slot 0 must keep item 7.
     with pytest.raises(ValueError, match="non-negative, finite"):
         replay.add(_item(9), 1e308)
-    _, batch, probabilities = replay.sample(8)
-    assert sorted(set(batch["obs"][:, 0, 0].tolist())) == [7.0, 8.0]
+    return replay
+
+
+def test_add_rejects_priority_too_large_for_tree_and_keeps_old_item():
+    _, batch, probabilities = _full_replay_after_a_too_large_priority().sample(8)
+    assert sorted(set(batch["obs"][:, 0, 0].tolist())) == [7.0, 8.0]  # slot 0 keeps item 7
     np.testing.assert_array_equal(probabilities, 0.5)
-    assert replay.add(_item(9), 1.0) == 0  # the failed add did not advance the ring
+
+
+def test_rejected_add_does_not_advance_the_ring():
+    assert _full_replay_after_a_too_large_priority().add(_item(9), 1.0) == 0

@@ -1,7 +1,10 @@
-"""Tests of the transport-agnostic actor/learner loops.
+"""Tests of the transport-agnostic actor and learner loops
+(`r2d2_agent.distributed.actor_runner`, `r2d2_agent.distributed.learner_runner`).
 
 Everything here runs in the test process (no child process, no TensorFlow work): the
-loops are driven through in-memory implementations of the transport interfaces.
+loops are driven through in-memory implementations of the transport interfaces
+(`r2d2_agent.distributed.interfaces`). The actor and learner runs that several tests check
+run once each, in module-scoped fixtures.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.distributed.actor_runner import ActorRunner
@@ -25,22 +29,12 @@ from r2d2_agent.distributed.messages import Experience
 from r2d2_agent.networks.numpy_net import weight_layout
 from r2d2_agent.roles import R2D2Builder
 
+SYNC_INTERVAL = 10  # env steps between weight pulls: 205 steps make a countable 21 pulls
 
-def tiny_config(**overrides) -> R2D2Config:
-    base = dict(
-        input_shape=(4,),
-        nb_actions=2,
-        lstm_units=8,
-        dense_units=8,
-        burnin=2,
-        input_length=4,
-        multisteps=2,
-        batch_size=4,
-        memory_capacity=200,
-        actor_sync_interval=10,
-        seed=0,
-    )
-    return R2D2Config(**{**base, **overrides})
+
+@pytest.fixture(scope="module")
+def config(make_config) -> R2D2Config:
+    return make_config(actor_sync_interval=SYNC_INTERVAL)
 
 
 # ------------------------------------------------------------- in-memory transport --
@@ -131,8 +125,9 @@ def random_weights(config: R2D2Config) -> list[np.ndarray]:
 
 
 # ------------------------------------------------------------------- actor loop -----
-def test_actor_runner_sends_sequences_with_step_counts_and_pulls_weights():
-    config = tiny_config()
+@pytest.fixture(scope="module")
+def actor_run(config):
+    """One actor run of 205 CartPole steps; its weights arrive after 3 empty pulls."""
     env = gym.make("CartPole-v1")
     sender, subscriber = ListSender(), CountingSubscriber(random_weights(config), empty_pulls=3)
     hooks, episodes = HookRecorder(), []
@@ -160,28 +155,65 @@ def test_actor_runner_sends_sequences_with_step_counts_and_pulls_weights():
     )
     runner.run(lambda: runner.steps >= 205)
     env.close()
-    items = [item for batch in sender.batches for item in batch]
-    assert runner.steps == Progress.steps == 205
-    assert hooks.calls == ["on_r2d2_actor_begin", "on_r2d2_actor_end"]
-    assert 0 < sum(item.env_steps for item in items) <= 205  # every step counted once
-    assert runner.items_sent == len(items) > 0
-    sequence, priority = items[0].sequence, items[0].priority
+    return SimpleNamespace(
+        runner=runner,
+        items=[item for batch in sender.batches for item in batch],
+        reported_steps=Progress.steps,
+        hook_calls=hooks.calls,
+        episodes=episodes,
+    )
+
+
+def test_actor_runner_runs_until_its_stop_condition(actor_run):
+    assert actor_run.runner.steps == 205
+
+
+def test_actor_runner_reports_its_steps_to_progress(actor_run):
+    assert actor_run.reported_steps == 205
+
+
+def test_actor_runner_calls_the_begin_and_end_hooks(actor_run):
+    assert actor_run.hook_calls == ["on_r2d2_actor_begin", "on_r2d2_actor_end"]
+
+
+def test_actor_runner_counts_every_env_step_in_at_most_one_item(actor_run):
+    assert 0 < sum(item.env_steps for item in actor_run.items) <= 205
+
+
+def test_actor_runner_counts_the_items_it_sent(actor_run):
+    assert actor_run.runner.items_sent == len(actor_run.items) > 0
+
+
+def test_actor_runner_sends_sequences_of_the_config_layout(actor_run, config):
+    sequence = actor_run.items[0].sequence
     assert sequence["obs"].shape == (config.sequence_length, 1, 4)
     assert sequence["state"].shape == (2, config.lstm_units)
+
+
+def test_actor_runner_sends_finite_non_negative_priorities(actor_run):
+    priority = actor_run.items[0].priority
     assert np.isfinite(priority) and priority >= 0
-    # waited for the first weights (3 empty pulls), then one pull per actor_sync_interval
-    assert runner.weight_pulls == 1 + (205 - 1) // config.actor_sync_interval
+
+
+def test_actor_runner_waits_for_weights_then_pulls_every_sync_interval(actor_run):
+    # the 3 empty pulls wait for the first weights; then one pull per actor_sync_interval
+    assert actor_run.runner.weight_pulls == 1 + (205 - 1) // SYNC_INTERVAL
+
+
+def test_actor_runner_reports_finished_episodes(actor_run):
+    episodes = actor_run.episodes
     assert episodes and sum(n for _, n in episodes) <= 205
-    assert all(ret == n for ret, n in episodes)  # CartPole: reward 1 per step
 
 
-def test_actor_runner_stops_when_sender_refuses():
-    config = tiny_config()
-    env = gym.make("CartPole-v1")
+def test_actor_runner_reports_episode_returns(actor_run):
+    assert all(ret == n for ret, n in actor_run.episodes)  # CartPole: reward 1 per step
+
+
+def test_actor_runner_stops_when_sender_refuses(config, cartpole):
     runner = ActorRunner(
         0,
         R2D2Builder(config),
-        env,
+        cartpole,
         ListSender(accept=False),
         CountingSubscriber(random_weights(config)),
         epsilon=1.0,
@@ -189,17 +221,13 @@ def test_actor_runner_stops_when_sender_refuses():
         send_batch_size=1,
     )
     runner.run(lambda: False)  # would never stop by itself
-    env.close()
     assert 0 < runner.steps < 100
 
 
-def test_actor_runner_without_weights_never_acts():
-    config = tiny_config()
+def test_actor_runner_without_weights_never_acts(config, cartpole):
     subscriber = CountingSubscriber(random_weights(config), empty_pulls=10**9)
     calls = []
-    runner = ActorRunner(
-        0, R2D2Builder(config), gym.make("CartPole-v1"), ListSender(), subscriber, epsilon=0.0
-    )
+    runner = ActorRunner(0, R2D2Builder(config), cartpole, ListSender(), subscriber, epsilon=0.0)
     runner.run(lambda: calls.append(1) or len(calls) > 3)
     assert runner.steps == 0 and subscriber.pulls >= 3
 
@@ -209,7 +237,9 @@ def items(n: int, env_steps: int = 4) -> list:
     return [Experience({"i": i}, 1.0, env_steps) for i in range(n)]
 
 
-def test_learner_runner_stops_at_nb_trains_and_publishes():
+@pytest.fixture(scope="module")
+def learner_run():
+    """A learner run to 10 updates on 100 waiting items, publishing every 4 updates."""
     learner, publisher, hooks = FakeLearner(), ListPublisher(), HookRecorder()
     runner = LearnerRunner(
         learner,
@@ -221,12 +251,31 @@ def test_learner_runner_stops_at_nb_trains_and_publishes():
         receive_timeout=0.0,
     )
     runner.run(lambda: False)
-    assert runner.updates == learner.updates == 10
+    return SimpleNamespace(
+        runner=runner, learner=learner, published=publisher.published, hook_calls=hooks.calls
+    )
+
+
+def test_learner_runner_stops_at_nb_trains(learner_run):
+    assert learner_run.runner.updates == learner_run.learner.updates == 10
+
+
+def test_learner_runner_publishes_initially_every_interval_and_at_the_end(learner_run):
     # initial, every 4 updates (4, 8), final (10)
-    assert [int(w[0][0]) for w in publisher.published] == [0, 4, 8, 10]
-    assert runner.version == 4 and runner.metrics == {"loss": 0.1}
-    assert hooks.calls[0] == "on_r2d2_learner_begin" and hooks.calls[-1] == "on_r2d2_learner_end"
-    assert hooks.calls.count("on_r2d2_learner_train_begin") == 10
+    assert [int(w[0][0]) for w in learner_run.published] == [0, 4, 8, 10]
+
+
+def test_learner_runner_keeps_the_last_version_and_metrics(learner_run):
+    assert learner_run.runner.version == 4 and learner_run.runner.metrics == {"loss": 0.1}
+
+
+def test_learner_runner_calls_the_begin_and_end_hooks(learner_run):
+    calls = learner_run.hook_calls
+    assert calls[0] == "on_r2d2_learner_begin" and calls[-1] == "on_r2d2_learner_end"
+
+
+def test_learner_runner_calls_the_train_hooks_once_per_update(learner_run):
+    assert learner_run.hook_calls.count("on_r2d2_learner_train_begin") == 10
 
 
 def test_learner_runner_rate_limit_waits_for_data():

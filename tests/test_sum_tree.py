@@ -1,4 +1,4 @@
-"""Tests for r2d2_agent.replay.sum_tree.SumTree."""
+"""Tests of `r2d2_agent.replay.sum_tree.SumTree`."""
 
 from __future__ import annotations
 
@@ -120,14 +120,21 @@ def test_find_returns_shape_of_targets():
     assert tree.find(np.array([[0.5, 1.5], [2.5, 3.5]])).tolist() == [[0, 1], [2, 3]]
 
 
-def test_duplicate_indices_in_one_update_last_value_wins_and_total_exact():
+def _tree_with_duplicate_update() -> SumTree:
     tree = SumTree(8)
     tree.update(np.array([3]), np.array([5.0]))
     # Applying each occurrence as a delta against the old value 5 would give
     # 5 + (1 - 5) + (2 - 5) + (8 - 5) = 4 on leaf 3's path instead of 8.
     tree.update(np.array([3, 6, 3, 3]), np.array([1.0, 4.0, 2.0, 8.0]))
-    assert tree.get(np.array([3, 6])).tolist() == [8.0, 4.0]
-    assert tree.total == 12.0
+    return tree
+
+
+def test_duplicate_indices_in_one_update_last_value_wins():
+    assert _tree_with_duplicate_update().get(np.array([3, 6])).tolist() == [8.0, 4.0]
+
+
+def test_duplicate_indices_in_one_update_keep_the_total_exact():
+    assert _tree_with_duplicate_update().total == 12.0
 
 
 def test_find_on_empty_tree_raises():
@@ -184,9 +191,11 @@ def test_update_rejects_value_that_could_overflow_total():
         tree.update(np.array([0]), np.array([1e308]))
 
 
-def test_large_tree_total_and_find_match_brute_force():
-    # Capacity above 2 * 1024 leaves so update() takes both the per-node path
-    # (wide levels) and the whole-level path (narrow levels near the root).
+def _large_tree():
+    """A tree of 5,000 integer leaves after 20 random updates, and its leaves.
+
+    Capacity above 2 * 1024 leaves so update() takes both the per-node path (wide levels)
+    and the whole-level path (narrow levels near the root)."""
     rng = np.random.default_rng(2)
     capacity = 5000
     tree = SumTree(capacity)
@@ -197,7 +206,16 @@ def test_large_tree_total_and_find_match_brute_force():
         tree.update(idx, vals)
         for i, v in zip(idx, vals, strict=True):
             leaves[i] = v
+    return tree, leaves, rng
+
+
+def test_large_tree_total_matches_brute_force():
+    tree, leaves, _ = _large_tree()
     assert tree.total == leaves.sum()  # integer values: every sum is exact
+
+
+def test_large_tree_find_matches_brute_force():
+    tree, leaves, rng = _large_tree()
     targets = rng.random(2000) * tree.total
     expected = np.searchsorted(np.cumsum(leaves), targets, side="right")
     np.testing.assert_array_equal(tree.find(targets), expected)

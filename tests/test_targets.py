@@ -1,4 +1,6 @@
-"""Tests of the pure target / priority math in r2d2_agent.targets."""
+"""Tests of the pure numpy target and priority math of `r2d2_agent.math`: value rescaling,
+n-step returns and targets, TD errors, sequence priorities, importance weights and
+schedules."""
 
 from __future__ import annotations
 
@@ -58,11 +60,14 @@ def test_round_trip_dense_grid_float64():
     np.testing.assert_allclose(inverse_rescale(rescale(GRID)), GRID, rtol=1e-12, atol=1e-15)
 
 
-def test_round_trip_dense_grid_float32_keeps_dtype():
+def test_rescale_and_inverse_rescale_keep_float32():
     x = GRID.astype(np.float32)
-    y = rescale(x)
-    assert y.dtype == np.float32 and inverse_rescale(x).dtype == np.float32
-    np.testing.assert_allclose(inverse_rescale(y), x, rtol=2e-5, atol=1e-30)
+    assert rescale(x).dtype == np.float32 and inverse_rescale(x).dtype == np.float32
+
+
+def test_round_trip_dense_grid_float32():
+    x = GRID.astype(np.float32)
+    np.testing.assert_allclose(inverse_rescale(rescale(x)), x, rtol=2e-5, atol=1e-30)
     np.testing.assert_allclose(rescale(inverse_rescale(x)), x, rtol=2e-5, atol=1e-30)
 
 
@@ -73,9 +78,13 @@ def test_round_trip_hypothesis(x):
     assert float(inverse_rescale(rescale(x))) == pytest.approx(x, rel=1e-12, abs=1e-300)
 
 
-def test_rescale_is_odd_and_increasing():
+def test_rescale_is_odd():
     x = np.linspace(-1e3, 1e3, 10001)
     np.testing.assert_array_equal(rescale(-x), -rescale(x))
+
+
+def test_rescale_is_increasing():
+    x = np.linspace(-1e3, 1e3, 10001)
     assert np.all(np.diff(rescale(x)) > 0)
 
 
@@ -126,6 +135,9 @@ def test_n_step_returns_hand_values():
     np.testing.assert_allclose(g, [2.0, 4.0, 4.0])
     np.testing.assert_allclose(d, [0.25, 0.0, 0.0])
     np.testing.assert_array_equal(k, [2, 2, 1])
+
+
+def test_n_step_returns_of_a_truncated_episode_bootstrap_to_the_end():
     _, d, _ = n_step_returns([1.0, 2.0, 4.0], False, True, 0.5, 2)
     np.testing.assert_allclose(d, [0.25, 0.25, 0.5])
 
@@ -163,6 +175,9 @@ def test_n_step_targets_with_rescaling():
     y = n_step_targets([1.0, 2.0], [0.5, 0.25], Q_ONLINE, Q_TARGET, double_q=True)
     expected = rescale(np.array([1.0, 2.0]) + np.array([0.5, 0.25]) * inverse_rescale([1.0, 2.0]))
     np.testing.assert_allclose(y, expected, rtol=1e-14)
+
+
+def test_n_step_target_with_rescaling_hand_value():
     # h(3) = 1.003 by hand: G = 3 with a terminal bootstrap.
     y = n_step_targets([3.0], [0.0], Q_ONLINE[:1], Q_TARGET[:1])
     np.testing.assert_allclose(y, [1.003], rtol=1e-14)
@@ -174,7 +189,7 @@ def test_n_step_targets_zero_discount_ignores_non_finite_q():
     np.testing.assert_array_equal(y, [2.0])
 
 
-def test_td_errors():
+def test_td_errors_are_targets_minus_q():
     np.testing.assert_allclose(td_errors([1.0, 2.0], [0.5, 3.0]), [0.5, -1.0])
 
 
@@ -186,10 +201,10 @@ def test_sequence_priorities_hand_values_with_mask():
     assert p.shape == (3,)
 
 
-def test_sequence_priorities_eta_extremes():
+@pytest.mark.parametrize(("eta", "priority"), [(1.0, 5.0), (0.0, 3.0)], ids=["max", "mean"])
+def test_sequence_priorities_eta_extremes(eta, priority):
     td, mask = np.array([[1.0, -5.0]]), np.ones((1, 2))
-    np.testing.assert_allclose(sequence_priorities(td, mask, eta=1.0), [5.0])
-    np.testing.assert_allclose(sequence_priorities(td, mask, eta=0.0), [3.0])
+    np.testing.assert_allclose(sequence_priorities(td, mask, eta=eta), [priority])
 
 
 def test_importance_weights_hand_values():
@@ -198,7 +213,15 @@ def test_importance_weights_hand_values():
     raw = (4 * p) ** -1.0
     np.testing.assert_allclose(w, raw / raw.max())
     np.testing.assert_allclose(w, [0.25, 0.5, 1.0])
+
+
+def test_importance_weights_do_not_depend_on_the_replay_size():
+    p = np.array([0.5, 0.25, 0.125])
     np.testing.assert_allclose(importance_weights(p, size=10, beta=0.5), (p / 0.125) ** -0.5)
+
+
+def test_importance_weights_are_one_at_beta_zero():
+    p = np.array([0.5, 0.25, 0.125])
     assert importance_weights(p, size=4, beta=0.0).tolist() == [1.0, 1.0, 1.0]
 
 
@@ -207,19 +230,28 @@ def test_importance_weights_rejects_zero_probability():
         importance_weights([0.5, 0.0], size=2, beta=0.5)
 
 
-def test_linear_schedule():
-    assert linear_schedule(0.4, 1.0, 100, 0) == pytest.approx(0.4)
-    assert linear_schedule(0.4, 1.0, 100, 50) == pytest.approx(0.7)
-    assert linear_schedule(0.4, 1.0, 100, 100) == pytest.approx(1.0)
-    assert linear_schedule(0.4, 1.0, 100, 10_000) == pytest.approx(1.0)
+@pytest.mark.parametrize(
+    ("duration", "t", "value"),
+    [(100, 0, 0.4), (100, 50, 0.7), (100, 100, 1.0), (100, 10_000, 1.0)],
+    ids=["start", "middle", "end", "after_the_end"],
+)
+def test_linear_schedule_goes_from_start_to_end_then_stays(duration, t, value):
+    assert linear_schedule(0.4, 1.0, duration, t) == pytest.approx(value)
+
+
+def test_linear_schedule_of_zero_duration_is_at_its_end():
     assert linear_schedule(0.4, 1.0, 0, 5) == 1.0
 
 
-def test_apex_epsilon_values():
-    assert apex_epsilon(0, 1) == pytest.approx(0.4)
-    assert apex_epsilon(0, 8) == pytest.approx(0.4)
-    assert apex_epsilon(7, 8) == pytest.approx(0.4**8)
-    assert apex_epsilon(2, 5) == pytest.approx(0.4 ** (1 + 7 * 2 / 4))
+@pytest.mark.parametrize(
+    ("index", "nb_actors", "epsilon"),
+    [(0, 1, 0.4), (0, 8, 0.4), (7, 8, 0.4**8), (2, 5, 0.4 ** (1 + 7 * 2 / 4))],
+)
+def test_apex_epsilon_values(index, nb_actors, epsilon):
+    assert apex_epsilon(index, nb_actors) == pytest.approx(epsilon)
+
+
+def test_apex_epsilon_with_own_base_and_exponent():
     assert math.isclose(apex_epsilon(1, 3, epsilon=0.5, alpha=2.0), 0.25)
 
 

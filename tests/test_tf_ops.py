@@ -1,4 +1,5 @@
-"""Tests of `r2d2_agent.losses` (TensorFlow) against `r2d2_agent.targets` (numpy) and by hand.
+"""Tests of `r2d2_agent.math.tf_ops` (TensorFlow) against `r2d2_agent.math` (numpy) and by
+hand.
 
 The TensorFlow loss math runs inside the learner's compiled graph; the numpy versions are
 the exactly-tested references. Both must agree to float32 precision, and the sequence loss
@@ -10,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from r2d2_agent import math as targets
+from r2d2_agent import math as np_math
 from r2d2_agent.compat import tf
 from r2d2_agent.math import tf_ops
 
 RTOL, ATOL = 1e-5, 1e-4  # float32 arithmetic against a float64 reference, composite formulas
 # h and h^-1 alone: float32 evaluates them to about 1e-7 relative error when written without
-# cancellation (as `targets` does), so 1e-5 relative (about 100 ulp) is generous.
+# cancellation (as `r2d2_agent.math` does), so 1e-5 relative (about 100 ulp) is generous.
 H_RTOL, H_ATOL = 1e-5, 1e-6
 
 
@@ -35,7 +36,7 @@ def test_tf_rescale_equals_numpy_rescale():
     x = wide_values()
     np.testing.assert_allclose(
         tf_ops.rescale(f32(x)).numpy(),
-        targets.rescale(x.astype(np.float64)),
+        np_math.rescale(x.astype(np.float64)),
         rtol=H_RTOL,
         atol=H_ATOL,
     )
@@ -45,7 +46,7 @@ def test_tf_inverse_rescale_equals_numpy_inverse_rescale():
     x = wide_values(1) / 50.0  # h(1e4) is about 110: cover the rescaled range and beyond
     np.testing.assert_allclose(
         tf_ops.inverse_rescale(f32(x)).numpy(),
-        targets.inverse_rescale(x.astype(np.float64)),
+        np_math.inverse_rescale(x.astype(np.float64)),
         rtol=H_RTOL,
         atol=H_ATOL,
     )
@@ -70,7 +71,7 @@ def random_target_inputs(seed, batch=3, length=5, actions=4):
 @pytest.mark.parametrize("double_q", [True, False], ids=["double", "max"])
 def test_tf_n_step_targets_equal_numpy(double_q, rescaling):
     returns, discount, q_online, q_target = random_target_inputs(seed=3)
-    expected = targets.n_step_targets(
+    expected = np_math.n_step_targets(
         returns, discount, q_online, q_target, double_q=double_q, rescaling=rescaling
     )
     got = tf_ops.n_step_targets(
@@ -94,7 +95,7 @@ def test_tf_sequence_priorities_equal_numpy():
     td = rng.normal(scale=2.0, size=(6, 5))
     mask = (rng.random((6, 5)) < 0.7).astype(np.float64)
     mask[0] = 0.0  # a row without valid steps
-    expected = targets.sequence_priorities(td, mask, 0.9)
+    expected = np_math.sequence_priorities(td, mask, 0.9)
     got = tf_ops.sequence_priorities(f32(td), f32(mask), 0.9).numpy()
     np.testing.assert_allclose(got, expected, rtol=RTOL, atol=1e-6)
 

@@ -1,13 +1,14 @@
-"""Tests of the multiprocessing implementations of the transport interfaces.
+"""Tests of the multiprocessing implementations of the transport interfaces
+(`r2d2_agent.distributed.interfaces`).
 
 The shared-memory weights channel (`r2d2_agent.distributed.mp.weights_channel`), the
-per-actor experience pipes (`...mp.pipes`), the stop flag and run counters
-(`...mp.shared_state`).
+per-actor experience pipes (`r2d2_agent.distributed.mp.pipes`), the stop flag and run
+counters (`r2d2_agent.distributed.mp.shared_state`). Every test must leave no segment and
+no child process behind (`no_leftovers`).
 """
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 import pickle
@@ -33,24 +34,29 @@ from r2d2_agent.distributed.mp.weights_channel import (
     SharedWeightsSubscriber,
 )
 
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
 PREFIX = "r2d2t"
 CTX = multiprocessing.get_context("spawn")
 
 
-@pytest.fixture(autouse=True)
-def _no_leaks():
-    """Every test must leave no segment and no child process behind."""
-    yield
-    gc.collect()
-    if os.path.isdir("/dev/shm"):
-        mine = f"{PREFIX}_{os.getpid()}_"
-        assert [n for n in os.listdir("/dev/shm") if n.startswith(mine)] == []
-    assert multiprocessing.active_children() == []
+@pytest.fixture
+def pipe():
+    """A one-way pipe (reader, writer) of the spawn context, both ends closed afterwards."""
+    r, w = CTX.Pipe(duplex=False)
+    yield r, w
+    r.close()
+    w.close()
+
+
+# ---------------------------------------------------------------- weights channel ----
+def _publisher(arrays) -> SharedWeightsPublisher:
+    return SharedWeightsPublisher(WeightsSpec.from_arrays(arrays), name_prefix=PREFIX)
 
 
 def test_subscriber_pulls_only_newer_weights():
     arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(4, np.float64)]
-    publisher = SharedWeightsPublisher(WeightsSpec.from_arrays(arrays), name_prefix=PREFIX)
+    publisher = _publisher(arrays)
     subscriber = SharedWeightsSubscriber(publisher.handle)
     try:
         assert subscriber.pull_if_newer() is None and subscriber.version == 0
@@ -63,12 +69,16 @@ def test_subscriber_pulls_only_newer_weights():
     finally:
         subscriber.close()
         publisher.close()
-        publisher.close()  # idempotent
+
+
+def test_publisher_close_is_idempotent():
+    publisher = _publisher([np.zeros(3, np.float32)])
+    publisher.close()
+    publisher.close()
 
 
 def test_subscriber_reuse_buffers_returns_same_arrays():
-    arrays = [np.zeros(3, np.float32)]
-    publisher = SharedWeightsPublisher(WeightsSpec.from_arrays(arrays), name_prefix=PREFIX)
+    publisher = _publisher([np.zeros(3, np.float32)])
     subscriber = SharedWeightsSubscriber(publisher.handle, reuse_buffers=True)
     try:
         publisher.publish([np.full(3, 1, np.float32)])
@@ -83,7 +93,7 @@ def test_subscriber_reuse_buffers_returns_same_arrays():
 
 def test_weights_handle_is_picklable_and_rebuilds_subscriber():
     arrays = [np.full((2, 2), 5, np.float32)]
-    publisher = SharedWeightsPublisher(WeightsSpec.from_arrays(arrays), name_prefix=PREFIX)
+    publisher = _publisher(arrays)
     try:
         publisher.publish(arrays)
         handle = pickle.loads(pickle.dumps(publisher.handle))
@@ -94,63 +104,126 @@ def test_weights_handle_is_picklable_and_rebuilds_subscriber():
         publisher.close()
 
 
-def test_mp_implementations_satisfy_the_interfaces():
-    r, w = CTX.Pipe(duplex=False)
-    sender, receiver = PipeExperienceSender(w, SharedFlag(CTX)), PipeExperienceReceiver()
-    assert isinstance(sender, ExperienceSender) and isinstance(receiver, ExperienceReceiver)
-    publisher = SharedWeightsPublisher(WeightsSpec.from_arrays([np.zeros(1)]), name_prefix=PREFIX)
+def test_shared_weights_publisher_and_subscriber_implement_the_weights_interfaces():
+    publisher = _publisher([np.zeros(1)])
     subscriber = SharedWeightsSubscriber(publisher.handle)
-    assert isinstance(publisher, WeightsPublisher) and isinstance(subscriber, WeightsSubscriber)
-    subscriber.close()
-    publisher.close()
-    sender.close()
-    receiver.close()
-    r.close()
+    try:
+        assert isinstance(publisher, WeightsPublisher)
+        assert isinstance(subscriber, WeightsSubscriber)
+    finally:
+        subscriber.close()
+        publisher.close()
 
 
 # ---------------------------------------------------------------- pipe channel -------
-def test_pipe_channel_moves_batches_and_splits_them():
-    stop = SharedFlag(CTX)
-    r, w = CTX.Pipe(duplex=False)
-    sender, receiver = PipeExperienceSender(w, stop), PipeExperienceReceiver(connections=[r])
+def test_pipe_sender_and_receiver_implement_the_experience_interfaces(pipe):
+    _, w = pipe
+    sender, receiver = PipeExperienceSender(w, SharedFlag(CTX)), PipeExperienceReceiver()
+    try:
+        assert isinstance(sender, ExperienceSender)
+        assert isinstance(receiver, ExperienceReceiver)
+    finally:
+        sender.close()
+        receiver.close()
+
+
+def test_pipe_channel_moves_batches_and_splits_them_at_max_items(pipe):
+    r, w = pipe
+    sender = PipeExperienceSender(w, SharedFlag(CTX))
+    receiver = PipeExperienceReceiver(connections=[r])
     assert sender.send([1, 2, 3]) and sender.send([4])
     assert receiver.receive(2, timeout=1.0) == [1, 2]
     assert receiver.receive(10, timeout=1.0) == [3, 4]
+    sender.close()
+    receiver.close()
+
+
+def test_pipe_receiver_waits_its_timeout_when_nothing_comes(pipe):
+    r, w = pipe
+    sender = PipeExperienceSender(w, SharedFlag(CTX))
+    receiver = PipeExperienceReceiver(connections=[r])
     t0 = time.monotonic()
     assert receiver.receive(10, timeout=0.1) == []
     assert time.monotonic() - t0 >= 0.09
+    sender.close()
+    receiver.close()
+
+
+def test_pipe_receiver_drops_a_pipe_whose_sender_closed(pipe):
+    r, w = pipe
+    sender = PipeExperienceSender(w, SharedFlag(CTX))
+    receiver = PipeExperienceReceiver(connections=[r])
+    assert sender.send([1])
+    assert receiver.receive(10, timeout=1.0) == [1]
     sender.close()
     assert receiver.receive(10, timeout=0.5) == [] and receiver.connections == 0
     receiver.close()
 
 
-def test_pipe_sender_back_pressure_timeout_and_stop():
-    stop = SharedFlag(CTX)
-    r, w = CTX.Pipe(duplex=False)
-    sender = PipeExperienceSender(w, stop, poll_interval=0.02)
-    small, sent = [b"x" * 1000], 0
+SMALL = [b"x" * 1000]
+
+
+def _fill(sender: PipeExperienceSender) -> int:
+    """Sends small batches until the unread pipe is full; returns how many went through."""
+    sent = 0
     with pytest.raises(TimeoutError, match="still full"):
         for _ in range(1000):
-            sender.send(small, timeout=0.2)
+            sender.send(SMALL, timeout=0.2)
             sent += 1
+    return sent
+
+
+def test_pipe_sender_times_out_once_the_unread_pipe_is_full(pipe):
+    _, w = pipe
+    sender = PipeExperienceSender(w, SharedFlag(CTX), poll_interval=0.02)
+    sent = _fill(sender)
     assert 10 < sent < 200  # bounded by the pipe's buffer, no unbounded growth
+    sender.close()
+
+
+def test_blocked_pipe_sender_returns_false_once_stop_is_set(pipe):
+    _, w = pipe
+    stop = SharedFlag(CTX)
+    sender = PipeExperienceSender(w, stop, poll_interval=0.02)
+    _fill(sender)
     threading.Timer(0.2, stop.set).start()
     t0 = time.monotonic()
-    assert sender.send(small) is False  # blocked until stop, then refused
+    assert sender.send(SMALL) is False  # blocked until stop, then refused
     assert time.monotonic() - t0 < 2.0
+    sender.close()
+
+
+def test_pipe_back_pressure_cuts_or_loses_no_message(pipe):
+    r, w = pipe
+    stop = SharedFlag(CTX)
+    sender = PipeExperienceSender(w, stop, poll_interval=0.02)
+    sent = _fill(sender)  # ends with a timed-out send
+    threading.Timer(0.2, stop.set).start()
+    assert sender.send(SMALL) is False  # and one refused after blocking
     receiver = PipeExperienceReceiver(connections=[r])
-    assert len(receiver.receive(10_000, timeout=1.0)) == sent  # nothing cut or lost
+    assert len(receiver.receive(10_000, timeout=1.0)) == sent
     sender.close()
     receiver.close()
 
 
-def test_pipe_sender_cut_by_timeout_closes_the_pipe():
-    r, w = CTX.Pipe(duplex=False)
+def _cut_by_timeout(w) -> PipeExperienceSender:
+    """A sender whose send of a large batch nobody reads timed out halfway."""
     sender = PipeExperienceSender(w, SharedFlag(CTX), poll_interval=0.02)
     with pytest.raises(TimeoutError):
-        sender.send([np.zeros(1 << 20, np.uint8)], timeout=0.3)  # nobody reads
+        sender.send([np.zeros(1 << 20, np.uint8)], timeout=0.3)
+    return sender
+
+
+def test_pipe_sender_cut_by_timeout_refuses_further_sends(pipe):
+    _, w = pipe
+    sender = _cut_by_timeout(w)
     with pytest.raises(BrokenPipeError):
         sender.send([1])
+
+
+def test_pipe_receiver_drops_a_message_cut_by_a_sender_timeout(pipe):
+    r, w = pipe
+    _cut_by_timeout(w)
     receiver = PipeExperienceReceiver(connections=[r])
     assert receiver.receive(10, timeout=1.0) == []  # the cut message is dropped, no hang
     assert receiver.connections == 0
@@ -174,27 +247,42 @@ def test_pipe_receiver_drops_a_pipe_cut_in_the_middle_of_a_message():
     w2.close()
 
 
-def test_pipe_receiver_takes_new_pipes_from_the_control_pipe():
+@pytest.fixture
+def connected_receiver():
+    """A receiver that got an actor's pipe through its control pipe, and one item on it.
+
+    Yields (receiver, control writer, what the receiver got).
+    """
     control_r, control_w = CTX.Pipe(duplex=False)
     receiver = PipeExperienceReceiver(control=control_r)
     r, w = CTX.Pipe(duplex=False)
     control_w.send(ConnectActor(0, r))  # transfers the connection, as to another process
     r.close()
-    item = Experience({"obs": np.zeros(2)}, 1.0, 4)
-    w.send_bytes(pickle.dumps([item]))
+    w.send_bytes(pickle.dumps([Experience({"obs": np.zeros(2)}, 1.0, 4)]))
     got, t0 = [], time.monotonic()
     while not got and time.monotonic() - t0 < 5:
         got += receiver.receive(10, timeout=0.5)
-    assert len(got) == 1 and receiver.connections == 1
-    assert (got[0].priority, got[0].env_steps) == (1.0, 4)
-    control_w.close()  # the manager is gone: the learner must notice
-    with pytest.raises(RuntimeError, match="manager gone"):
-        receiver.receive(10, timeout=0.5)
+    yield receiver, control_w, got
     receiver.close()
     w.close()
+    control_w.close()
     control_r.close()
 
 
+def test_pipe_receiver_takes_new_pipes_from_the_control_pipe(connected_receiver):
+    receiver, _, got = connected_receiver
+    assert len(got) == 1 and receiver.connections == 1
+    assert (got[0].priority, got[0].env_steps) == (1.0, 4)
+
+
+def test_pipe_receiver_raises_once_the_control_pipe_closes(connected_receiver):
+    receiver, control_w, _ = connected_receiver
+    control_w.close()  # the manager is gone: the learner must notice
+    with pytest.raises(RuntimeError, match="manager gone"):
+        receiver.receive(10, timeout=0.5)
+
+
+# ---------------------------------------------------------------- shared state -------
 def test_counters_sum_actor_steps():
     counters = RunCounters(CTX, 3)
     counters.set_actor_steps(0, 5)
@@ -210,8 +298,11 @@ def test_counters_keep_learner_fields_by_name():
     assert counters.learner_value("version") == 2
     assert counters.learner_value("sequences") == 0
     assert counters.loss == 0.5
+
+
+def test_counters_reject_an_unknown_learner_field():
     with pytest.raises(KeyError, match="not a learner counter"):
-        counters.set_learner(update=1)
+        RunCounters(CTX, 1).set_learner(update=1)
 
 
 def test_stop_flag_is_raised_once_set():
