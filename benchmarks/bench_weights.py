@@ -6,6 +6,8 @@ For a CartPole-sized and an Atari-sized R2D2 network (float32), it measures:
 * ``read_into_out_ms``: an attached reader's ``read(out=preallocated)`` (an actor's pull);
 * ``read_alloc_ms``: ``read()`` that allocates fresh arrays;
 * ``version_check_ms``: ``version()`` alone (what an actor pays when nothing is new);
+* ``barrier_ms``: one of the seqlock's memory barriers (two per publish, two per read), its
+  share of a read and of a publish, and the read again without the barriers (A/B);
 * ``mp_queue_put_get_ack_ms``: the same list of arrays ``put`` on a spawn-context
   ``multiprocessing.Queue``, got and unpickled by another process, which answers with a
   tiny ack on a second queue (one full transfer round trip).
@@ -33,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
+from r2d2_agent.distributed.mp import shared_weights
+from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec, memory_barrier
 
 Shapes = list[tuple[int, ...]]
 
@@ -114,6 +117,22 @@ def bench_set(shapes: Shapes, repeats: int, inq, outq) -> dict:
             result["read_into_out_ms"] = _median_ms(lambda: reader.read(out=out), repeats)
             result["read_alloc_ms"] = _median_ms(reader.read, repeats)
             result["version_check_ms"] = _median_ms(reader.version, repeats, inner=1000)
+            # The seqlock's memory barriers: two per publish and two per read.
+            result["barrier_ms"] = _median_ms(memory_barrier, repeats, inner=1000)
+            result["barriers_share_of_read"] = round(
+                2 * result["barrier_ms"] / result["read_into_out_ms"], 4
+            )
+            result["barriers_share_of_publish"] = round(
+                2 * result["barrier_ms"] / result["publish_ms"], 4
+            )
+            barrier = shared_weights.memory_barrier
+            shared_weights.memory_barrier = lambda: None  # A/B: the same read without them
+            try:
+                result["read_into_out_without_barriers_ms"] = _median_ms(
+                    lambda: reader.read(out=out), repeats
+                )
+            finally:
+                shared_weights.memory_barrier = barrier
 
     def round_trip() -> None:
         inq.put(arrays)

@@ -55,36 +55,16 @@ def play(env: gym.Env, config: R2D2Config, steps: int = 30) -> tuple[list, list]
 
 
 @pytest.mark.parametrize("lstm_units", [8, 0], ids=["lstm", "no_lstm"])
-def test_reused_observation_buffer_gives_the_same_q_values(lstm_units):
-    config = R2D2Config(
-        input_shape=(4,),
-        nb_actions=2,
-        input_sequence=3,
-        lstm_units=lstm_units,
-        dense_units=8,
-        burnin=2,
-        input_length=4,
-        multisteps=2,
-        seed=0,
-    )
+def test_reused_observation_buffer_gives_the_same_q_values(make_config, lstm_units):
+    config = make_config(input_sequence=3, lstm_units=lstm_units)
     fresh_q, _ = play(gym.make("CartPole-v1"), config)
     reused_q, _ = play(BufferReusingEnv(gym.make("CartPole-v1")), config)
     np.testing.assert_allclose(reused_q, fresh_q)
 
 
 @pytest.mark.parametrize("lstm_units", [8, 0], ids=["lstm", "no_lstm"])
-def test_reused_observation_buffer_gives_the_same_stored_sequences(lstm_units):
-    config = R2D2Config(
-        input_shape=(4,),
-        nb_actions=2,
-        input_sequence=3,
-        lstm_units=lstm_units,
-        dense_units=8,
-        burnin=2,
-        input_length=4,
-        multisteps=2,
-        seed=0,
-    )
+def test_reused_observation_buffer_gives_the_same_stored_sequences(make_config, lstm_units):
+    config = make_config(input_sequence=3, lstm_units=lstm_units)
     _, fresh = play(gym.make("CartPole-v1"), config)
     _, reused = play(BufferReusingEnv(gym.make("CartPole-v1")), config)
     assert len(fresh) == len(reused) > 0

@@ -11,31 +11,15 @@ import numpy as np
 import pytest
 
 from r2d2_agent import R2D2Agent
-from r2d2_agent.config import R2D2Config
 
-
-def make_agent() -> R2D2Agent:
-    config = R2D2Config(
-        input_shape=(4,),
-        nb_actions=2,
-        lstm_units=8,
-        dense_units=8,
-        burnin=2,
-        input_length=4,
-        multisteps=2,
-        batch_size=4,
-        memory_capacity=64,
-        train_interval=10**6,
-        seed=0,
-    )
-    agent = R2D2Agent(config)
-    agent.compile()
-    return agent
+NO_LEARNING = {"train_interval": 10**6}  # no learner update within these tests
 
 
 @pytest.fixture(scope="module")
-def agent() -> R2D2Agent:
-    return make_agent()
+def agent(make_config) -> R2D2Agent:
+    agent = R2D2Agent(make_config(**NO_LEARNING))
+    agent.compile()
+    return agent
 
 
 def fresh(agent: R2D2Agent, training: bool) -> R2D2Agent:
@@ -59,8 +43,10 @@ def test_the_refused_truncation_leaves_the_transition_open(agent):
     agent.backward(1.0, terminal=False, truncated=True, next_observation=np.ones(4, np.float32))
 
 
-def test_truncation_with_next_observation_bootstraps_from_it():
-    agent = fresh(make_agent(), training=True)
+def test_truncation_with_next_observation_bootstraps_from_it(make_config):
+    agent = R2D2Agent(make_config(**NO_LEARNING))  # its own, so replay holds one sequence
+    agent.compile()
+    agent = fresh(agent, training=True)
     agent.forward(np.zeros(4, np.float32))
     last = np.full(4, 7.0, np.float32)
     agent.backward(1.0, terminal=False, truncated=True, next_observation=last)

@@ -321,7 +321,8 @@ def test_stacked_gray_frames_become_channels_in_order(network_config):
     network = R2D2Network(config, Probe())
     torso = find_layer(network.model, "image_model_td").layer
     probe = keras.Model(torso.inputs, seen["tensor"])
-    frames = np.stack([np.full((4, 4), 1.0), np.full((4, 4), 2.0)])[None].astype(np.float32)
-    image = probe(frames).numpy()
+    frames = np.stack([np.full((4, 4), 51.0), np.full((4, 4), 102.0)])[None].astype(np.float32)
+    image = probe(frames).numpy()  # scaled by config.image_scale = 1/255
     assert image.shape == (1, 4, 4, 2)
-    assert np.all(image[..., 0] == 1.0) and np.all(image[..., 1] == 2.0)
+    np.testing.assert_allclose(image[..., 0], 0.2)
+    np.testing.assert_allclose(image[..., 1], 0.4)

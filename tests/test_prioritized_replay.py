@@ -111,8 +111,13 @@ def _five_items_in_three_slots():
 
 
 def test_add_fills_slots_in_ring_order():
-    _, slots = _five_items_in_three_slots()
-    assert slots == [0, 1, 2, 0, 1]
+    _, keys = _five_items_in_three_slots()
+    assert [key & 0xFFFF_FFFF for key in keys] == [0, 1, 2, 0, 1]
+
+
+def test_keys_of_overwritten_slots_carry_the_next_generation():
+    _, keys = _five_items_in_three_slots()
+    assert [key >> 32 for key in keys] == [0, 0, 0, 1, 1]
 
 
 def test_len_stays_at_capacity_when_full():
@@ -122,8 +127,9 @@ def test_len_stays_at_capacity_when_full():
 
 def test_fifo_overwrites_oldest_slot_when_full():
     replay, _ = _five_items_in_three_slots()
-    indices, batch, _ = replay.sample(30)
-    content = dict(zip(indices.tolist(), batch["obs"][:, 0, 0].tolist(), strict=True))
+    keys, batch, _ = replay.sample(30)
+    slots = (keys & 0xFFFF_FFFF).tolist()
+    content = dict(zip(slots, batch["obs"][:, 0, 0].tolist(), strict=True))
     assert content == {0: 3.0, 1: 4.0, 2: 2.0}
 
 
@@ -163,7 +169,7 @@ def test_update_priorities_rejects_nan_negative_or_infinite(bad):
 def test_update_priorities_rejects_slot_without_sequence():
     replay = PrioritizedSequenceReplay(4, SPEC, 1.0)
     replay.add(_item(0), 1.0)
-    with pytest.raises(ValueError, match="index 2 holds no sequence"):
+    with pytest.raises(ValueError, match="key 2 names no stored sequence"):
         replay.update_priorities(np.array([2]), np.array([1.0]))
 
 
@@ -274,4 +280,5 @@ def test_add_rejects_priority_too_large_for_tree_and_keeps_old_item():
 
 
 def test_rejected_add_does_not_advance_the_ring():
-    assert _full_replay_after_a_too_large_priority().add(_item(9), 1.0) == 0
+    key = _full_replay_after_a_too_large_priority().add(_item(9), 1.0)
+    assert key & 0xFFFF_FFFF == 0

@@ -301,12 +301,20 @@ class PrioritizedSequenceReplay:
         key = key.astype(np.int64, copy=False)
         slots = key & _SLOT_MASK
         generations = key >> _SLOT_BITS
-        bad = (key < 0) | (slots >= self._size)
-        bad[~bad] |= generations[~bad] > self._generation[slots[~bad]]
-        if bad.any():
+        if key.size and (key.min() < 0 or slots.max() >= self._size):
+            bad = (key < 0) | (slots >= self._size)
             raise ValueError(
                 f"key {int(key[bad][0])} names no stored sequence (stored: {self._size})"
             )
-        current = generations == self._generation[slots]
-        self._tree.update(slots[current], self._leaf_values(p[current]))
+        latest = self._generation[slots]
+        if (generations > latest).any():
+            raise ValueError(
+                f"key {int(key[generations > latest][0])} names no stored sequence "
+                f"(stored: {self._size})"
+            )
+        current = generations == latest
+        if current.all():
+            self._tree.update(slots, self._leaf_values(p))
+        else:
+            self._tree.update(slots[current], self._leaf_values(p[current]))
         return int(current.sum())
