@@ -1,10 +1,11 @@
 """The first thing every child process runs: prepare the process, run its main, report.
 
 `run_child` is every child's process target. It ignores SIGINT (the parent orchestrates
-shutdown), sets `TF_FORCE_GPU_ALLOW_GROWTH` and, for CPU-only children,
-`CUDA_VISIBLE_DEVICES=-1` before any TensorFlow import, imports TensorFlow only when the
-child needs it (then enables GPU memory growth before its first op), seeds, and sends any
-exception's traceback to the parent (`ChildFailed`) before exiting with code 1.
+shutdown) and unblocks it (the parent starts children with SIGINT blocked), sets
+`TF_FORCE_GPU_ALLOW_GROWTH` and, for CPU-only children, `CUDA_VISIBLE_DEVICES=-1` before
+any TensorFlow import, imports TensorFlow only when the child needs it (then enables GPU
+memory growth before its first op), seeds, and sends any exception's traceback to the
+parent (`ChildFailed`) before exiting with code 1.
 Nothing here imports TensorFlow at module level.
 """
 
@@ -76,7 +77,8 @@ class ChildSetup:
 
 def bootstrap(setup: ChildSetup) -> None:
     """Prepares this process as `setup` describes (see the module docstring)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent orchestrates shutdown
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by spawn_child
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")  # covers late TF imports
     if setup.hide_gpu:

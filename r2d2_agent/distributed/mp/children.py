@@ -1,6 +1,6 @@
 """The parent's side of each child process: start it, stop it, report how it failed.
 
-`spawn_child` starts a `run_child` process with SIGINT ignored from its first line, so a
+`spawn_child` starts a `run_child` process with SIGINT blocked from its first line, so a
 terminal's Ctrl-C (sent to the whole process group) leaves shutdown to the parent;
 `terminate` joins a process, terminating then killing it if it lingers; `child_error`
 turns a child's exit code and traceback into the `R2D2ProcessError` the run raises.
@@ -20,7 +20,7 @@ from r2d2_agent.distributed.errors import R2D2ProcessError, describe_exit
 from r2d2_agent.distributed.messages import ActorSummary, LearnerSummary
 from r2d2_agent.distributed.mp.bootstrap import ChildSetup, run_child
 
-__all__ = ["ChildProcess", "child_error", "spawn_child", "terminate"]
+__all__ = ["ChildProcess", "child_error", "sigint_deferred", "spawn_child", "terminate"]
 
 
 class ChildProcess:
@@ -76,7 +76,7 @@ def spawn_child(
     name = "r2d2-learner" if index is None else f"r2d2-actor-{index}"
     process = ctx.Process(target=run_child, name=name, args=(main, setup, events_w, *args))
     try:
-        with _sigint_ignored():  # the child starts with SIGINT ignored, from its first line
+        with sigint_deferred():  # the child starts with SIGINT blocked, from its first line
             process.start()
     except BaseException:
         events_r.close()
@@ -109,18 +109,31 @@ def terminate(process: Any, grace: float = 2.0) -> None:
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ignores SIGINT in the main thread meanwhile.
+def sigint_deferred() -> Iterator[None]:
+    """Holds back SIGINT in this process meanwhile, then delivers it (main thread only).
 
-    A spawned interpreter keeps an inherited "ignore" disposition for SIGINT (it installs
-    its KeyboardInterrupt handler only over the default one), so a terminal's Ctrl-C, sent
-    to the whole process group, cannot kill a child before `bootstrap` runs.
+    Two things happen while a child starts. The calling thread blocks SIGINT, and a
+    spawned child inherits that mask: a terminal's Ctrl-C, sent to the whole process
+    group, stays pending in the starting child until its `bootstrap` ignores SIGINT and
+    unblocks it (the pending signal is then discarded), so it cannot kill the child before
+    then. And a recording handler replaces the parent's own: a Ctrl-C that reaches the
+    parent now (through another thread, whose mask does not block it) is not raised in the
+    middle of a child's start, and not lost either: the previous handler gets it (raising
+    `KeyboardInterrupt`) when the window ends.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    received: list[int] = []
+    previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        signal.signal(signal.SIGINT, previous_handler)
+        if received:
+            if callable(previous_handler):
+                previous_handler(signal.SIGINT, None)
+            elif previous_handler == signal.SIG_DFL:
+                raise KeyboardInterrupt
