@@ -12,6 +12,7 @@ wiring: a learner update at the paper's size takes seconds here (see benchmarks)
 import argparse
 import functools
 import logging
+import os
 import time
 
 import gymnasium as gym
@@ -20,6 +21,7 @@ import numpy as np
 from r2d2_agent import InputType, R2D2Config, R2D2Manager
 from r2d2_agent.callbacks import CheckpointCallback, TensorBoardCallback
 from r2d2_agent.image_models import DQNImageModel, R2D3ImageModel
+from r2d2_agent.replay import largest_memory_capacity
 
 
 def make_atari(env_id: str) -> gym.Env:
@@ -49,16 +51,20 @@ def main() -> None:
     nb_actions = int(probe.action_space.n)
     probe.close()
 
-    # The paper's settings, with replay and batch sized for one machine.
+    # The paper's settings, with the batch and the replay sized for one machine: the
+    # largest replay (in sequences; every frame stored once, as uint8) that fits in half
+    # of this machine's memory, from the estimate.
     config = R2D2Config(
         input_shape=(84, 84),
         nb_actions=nb_actions,
         input_type=InputType.GRAY_2ch,
         input_sequence=4,
-        memory_capacity=20_000,
         batch_size=32,
         seed=args.seed,
     )
+    half_memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    capacity = min(config.memory_capacity, largest_memory_capacity(config, half_memory))
+    config = config.replace(memory_capacity=capacity)
     image_model = R2D3ImageModel() if args.r2d3 else DQNImageModel()
     run_name = f"{args.env.replace('/', '_')}__r2d2__{args.seed}__{int(time.time())}"
     callbacks = [

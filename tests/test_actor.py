@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from r2d2_agent.roles import R2D2Actor, R2D2Builder
+from r2d2_agent.testing import SequenceRecorder
 
 UNITS = 2
 
@@ -154,14 +155,15 @@ def test_q_values_do_not_advance_the_state(config_for):
 def _sequences_of_a_12_step_episode(config):
     """What the adder emits for an episode of 12 steps whose observation at step t is t
     everywhere: (sequence, priority) pairs, and the window starts they should have."""
-    emitted = []
-    adder = R2D2Builder(config).make_adder(lambda seq, priority: emitted.append((seq, priority)))
+    recorder = SequenceRecorder(config.input_sequence)
+    adder = R2D2Builder(config).make_adder(recorder)
     actor = R2D2Actor(config, CountingPolicy(), adder, epsilon=0.0)
     episode_steps = 12
     actor.observe_first(np.full(3, 0.0))
     for t in range(1, episode_steps + 1):
         actor.observe(actor.select_action(), 1.0, np.full(3, float(t)), False, False)
     last_start = episode_steps - config.input_length - config.multisteps
+    emitted = list(zip(recorder.sequences, recorder.priorities, strict=True))
     return emitted, list(range(0, last_start + 1, config.period))
 
 
@@ -184,13 +186,13 @@ def test_sequences_reach_the_sink_with_finite_priorities(config_for):
 
 
 def _sequences_of_a_terminated_3_step_episode(config):
-    emitted = []
-    adder = R2D2Builder(config).make_adder(lambda seq, priority: emitted.append(seq))
+    recorder = SequenceRecorder(config.input_sequence)
+    adder = R2D2Builder(config).make_adder(recorder)
     actor = R2D2Actor(config, CountingPolicy(), adder, epsilon=0.0)
     actor.observe_first(np.zeros(3))
     for t in range(1, 4):  # 3 steps: shorter than one window
         actor.observe(actor.select_action(), 1.0, np.full(3, float(t)), t == 3, False)
-    return emitted
+    return recorder.sequences
 
 
 def test_remaining_sequences_are_emitted_padded_on_termination(config_for):

@@ -1,5 +1,9 @@
 """Tests of `r2d2_agent.replay.adder.SequenceAdder`, R2D2's sequence adder (table-driven,
-Acme style)."""
+Acme style).
+
+The adder names frames by id and hands each frame on once; `Recorder` collects the frames
+and rebuilds each sequence's observations (`stack_frames`), so the tables compare the
+observations a learner will see."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from hypothesis import strategies as st
 
 from r2d2_agent.math import RESCALE_EPS
 from r2d2_agent.replay import SequenceAdder, SequenceLayout
+from r2d2_agent.testing import SequenceRecorder
 
 NB_ACTIONS = 16
 FIELDS = (
@@ -24,11 +29,13 @@ FIELDS = (
     "bootstrap_index",
     "mask",
 )
+EMITTED = (*FIELDS[1:], "frame_ids", "obs_mask")  # the fields a record carries
 
 
 LAYOUT = {
-    "observation_shape": (1,),
-    "observation_dtype": np.float32,
+    "frame_shape": (1,),
+    "frame_dtype": np.float32,
+    "input_sequence": 1,
     "state_size": 2,
     "burnin": 2,
     "input_length": 3,
@@ -47,18 +54,22 @@ def make_adder(sink, **overrides):
     return SequenceAdder(sink, make_layout(**overrides), **targets)
 
 
-class Recorder:
-    """Sink that keeps copies of everything emitted."""
+class Recorder(SequenceRecorder):
+    """`SequenceRecorder` with the table tests' view: `(fields, priority)` items, and
+    observations `(T, *frame)` when S is 1."""
 
-    def __init__(self):
-        self.items: list[tuple[dict[str, np.ndarray], float]] = []
+    def __call__(self, record):
+        super().__call__(record)
+        if self.input_sequence == 1:
+            self.sequences[-1]["obs"] = self.sequences[-1]["obs"][:, 0]
 
-    def __call__(self, seq, priority):
-        self.items.append(({k: v.copy() for k, v in seq.items()}, priority))
+    @property
+    def items(self):
+        return list(zip(self.sequences, self.priorities, strict=True))
 
     @property
     def seqs(self):
-        return [s for s, _ in self.items]
+        return self.sequences
 
 
 def q_of(t):
@@ -286,7 +297,7 @@ def test_emitted_sequences_table(name):
     assert len(rec.seqs) == len(expected)
     spec = make_layout(**overrides).field_spec()
     for k, (got, want) in enumerate(zip(rec.seqs, expected, strict=True)):
-        assert set(got) == set(FIELDS)
+        assert set(got) == {*EMITTED, "obs"}
         for field, (shape, dtype) in spec.items():
             assert got[field].shape == shape and got[field].dtype == dtype, (k, field)
         np.testing.assert_array_equal(got["obs"][:, 0], want["obs"], err_msg=f"{k} obs")
@@ -356,7 +367,7 @@ def test_no_sequence_crosses_episode_boundary():
 
 def test_buffer_stays_bounded_over_long_episode():
     count = [0]
-    adder = make_adder(lambda seq, p: count.__setitem__(0, count[0] + 1))
+    adder = make_adder(lambda record: count.__setitem__(0, count[0] + 1))
     adder.add_first(np.array([1.0], np.float32))
     state, q, peak = np.zeros((2, 2)), q_of(0), 0
     for t in range(10_000):
@@ -498,7 +509,7 @@ def test_matches_brute_force_reference_incl_priority(
 
 def test_uint8_observations_keep_dtype_and_zero_padding():
     rec = Recorder()
-    adder = make_adder(rec, observation_shape=(2, 2), observation_dtype=np.uint8, state_size=0)
+    adder = make_adder(rec, frame_shape=(2, 2), frame_dtype=np.uint8, state_size=0)
     adder.add_first(np.full((2, 2), 7, np.uint8))
     adder.add(0, 1.0, np.full((2, 2), 9, np.uint8), True, False, None, np.zeros(3))
     (seq,) = rec.seqs
@@ -518,8 +529,9 @@ def test_uint8_observations_keep_dtype_and_zero_padding():
         ("gamma", 1.5),
         ("priority_eta", -0.1),
         ("state_size", -1),
-        ("observation_shape", (-1,)),
-        ("observation_dtype", "not-a-dtype"),
+        ("frame_shape", (-1,)),
+        ("input_sequence", 0),
+        ("frame_dtype", "not-a-dtype"),
     ],
 )
 def test_bad_arguments_raise_value_error_naming_them(name, value):
@@ -562,7 +574,7 @@ def test_reset_discards_the_unfinished_episode():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"next_observation": np.ones(2)}, "observation"),
+        ({"next_frame": np.ones(2)}, "frame"),
         ({"state": np.zeros((2, 3))}, "state"),
         ({"q_values": np.zeros((2, 3))}, "q_values"),
         ({"action": 5}, "action"),
@@ -574,7 +586,7 @@ def test_add_rejects_mismatched_shapes(kwargs, match):
     args = {
         "action": 0,
         "reward": 0.0,
-        "next_observation": np.ones(1),
+        "next_frame": np.ones(1),
         "terminated": False,
         "truncated": False,
         "state": np.zeros((2, 2)),
@@ -582,3 +594,42 @@ def test_add_rejects_mismatched_shapes(kwargs, match):
     }
     with pytest.raises(ValueError, match=match):
         adder.add(**(args | kwargs))
+
+
+def test_every_frame_is_handed_on_once_in_id_order():
+    rec = Recorder()
+    adder = make_adder(rec)
+    run_episode(adder, 9, terminated=True)
+    run_episode(adder, 4, terminated=False, obs_offset=100)
+    # 10 + 5 observations; the Recorder also checks that no frame comes twice or late
+    assert rec.frame_log == list(range(15))
+
+
+def test_frames_of_an_episode_dropped_by_reset_are_never_referenced():
+    rec = Recorder()
+    adder = make_adder(rec)
+    adder.add_first(np.array([1.0], np.float32))
+    adder.add(0, 0.0, np.array([2.0], np.float32), False, False, np.zeros((2, 2)), q_of(0))
+    adder.reset()  # two frames (ids 0, 1) dropped with their episode
+    run_episode(adder, 3, terminated=True, obs_offset=10)
+    assert rec.frame_log == [2, 3, 4, 5]
+    assert all(seq["frame_ids"].max() >= 2 for seq in rec.seqs)
+
+
+@pytest.mark.parametrize("stack", [2, 3])
+def test_stacked_observations_are_the_actors_stacks(stack):
+    """Observation j of a window stacks frames j-S+1 .. j of the episode, zeros before
+    its first frame, as the actor stacked them; padding after the end is all zeros."""
+    rec = Recorder(input_sequence=stack)
+    adder = make_adder(rec, input_sequence=stack, frame_shape=(1,))
+    run_episode(adder, 6, terminated=True)
+    frames = [float(j + 1) for j in range(7)]  # s_j = j + 1, E = 6
+    b, length, n, period = 2, 3, 2, 2
+    for q, seq in zip(range(0, 6, period), rec.seqs, strict=True):
+        for p in range(b + length + n):
+            j = q - b + p
+            if 0 <= j <= 6:
+                want = [frames[i] if i >= 0 else 0.0 for i in range(j - stack + 1, j + 1)]
+            else:
+                want = [0.0] * stack
+            np.testing.assert_array_equal(seq["obs"][p, :, 0], want, err_msg=f"q={q} p={p}")

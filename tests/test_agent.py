@@ -427,9 +427,9 @@ def episode_ends(make_config):
     stored = []
     replay_add = agent.learner.replay.add
 
-    def record(sequence, priority):
-        stored.append({k: np.array(v) for k, v in sequence.items()})
-        return replay_add(sequence, priority)
+    def record(sequence_record, stream=0):
+        stored.append({k: np.array(v) for k, v in sequence_record.fields.items()})
+        return replay_add(sequence_record, stream)
 
     agent.learner.replay.add = record  # this agent's replay only
 

@@ -11,6 +11,7 @@ import pytest
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.networks import weight_layout
 from r2d2_agent.roles import R2D2Builder
+from r2d2_agent.testing import SequenceRecorder
 
 
 class BufferReusingEnv(gym.Wrapper):
@@ -39,8 +40,8 @@ def play(env: gym.Env, config: R2D2Config, steps: int = 30) -> tuple[list, list]
     policy = builder.make_policy()
     rng = np.random.default_rng(0)
     policy.set_weights([rng.normal(0, 0.5, shape) for _, shape in weight_layout(config)])
-    sequences: list = []
-    actor = builder.make_actor(policy, builder.make_adder(lambda s, p: sequences.append(s)), 0.0, 0)
+    recorder = SequenceRecorder(config.input_sequence)
+    actor = builder.make_actor(policy, builder.make_adder(recorder), 0.0, 0)
     observation, _ = env.reset(seed=0)
     actor.observe_first(observation)
     q_values = []
@@ -51,7 +52,7 @@ def play(env: gym.Env, config: R2D2Config, steps: int = 30) -> tuple[list, list]
         actor.observe(action, float(reward), observation, terminated, truncated)
         if terminated or truncated:
             break
-    return q_values, sequences
+    return q_values, recorder.sequences
 
 
 @pytest.mark.parametrize("lstm_units", [8, 0], ids=["lstm", "no_lstm"])

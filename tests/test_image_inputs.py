@@ -81,7 +81,7 @@ def test_acting_policy_and_learning_network_agree_on_uint8_frames(lstm_units):
 def test_image_observations_are_stored_as_uint8_by_default():
     builder = R2D2Builder(image_config())
     assert builder.observation_dtype == np.uint8
-    assert builder.layout.field_spec()["obs"][1] == np.uint8
+    assert builder.layout.frame_dtype == np.uint8
 
 
 def test_value_observations_are_stored_as_float32_by_default():

@@ -16,7 +16,7 @@ import pytest
 
 from r2d2_agent.compat import keras
 from r2d2_agent.math import importance_weights
-from r2d2_agent.replay import PrioritizedSequenceReplay, SequenceLayout
+from r2d2_agent.replay import SequenceLayout, SequenceRecord, SequenceReplay
 from r2d2_agent.roles import R2D2Builder
 
 
@@ -28,11 +28,16 @@ def learner_config(make_config):
 
 
 def make_sequence(config, rng, reward=None, discount=None):
-    """One random but well-formed sequence of the config's `SequenceLayout`."""
-    spec = SequenceLayout.from_config(config).field_spec()
+    """One random but well-formed sequence as the replay samples it: the fields of the
+    config's `SequenceLayout` but `frame_ids`, and its `T + S - 1` frames."""
+    layout = SequenceLayout.from_config(config)
+    spec = layout.field_spec()
     seq = {name: np.zeros(shape, dtype) for name, (shape, dtype) in spec.items()}
+    del seq["frame_ids"]
     length = config.input_length
-    seq["obs"][:] = rng.normal(size=seq["obs"].shape)
+    frames_shape = (layout.frames_per_sequence, *layout.frame_shape)
+    seq["frames"] = rng.normal(size=frames_shape).astype(np.float32)
+    seq["obs_mask"][:] = 1.0
     seq["burnin_mask"][:] = 1.0
     seq["state"][:] = rng.normal(scale=0.3, size=seq["state"].shape)
     seq["actions"][:] = rng.integers(config.nb_actions, size=length)
@@ -47,10 +52,22 @@ def make_learner(config, **kwargs):
     return R2D2Builder(config).make_learner(**kwargs)
 
 
-def fill(learner, count, seed=0, priority=1.0, **kwargs):
+def as_record(sequence, priority, first_frame):
+    """The sampled-form `sequence` as an adder record that brings its own frames, with ids
+    `first_frame, first_frame + 1, ...`."""
+    fields = {k: v for k, v in sequence.items() if k != "frames"}
+    fields["frame_ids"] = first_frame + np.arange(len(sequence["frames"]))
+    return SequenceRecord(fields, priority, sequence["frames"], first_frame)
+
+
+def fill(replay_or_learner, config, count, seed=0, priority=1.0, **kwargs):
+    """Adds `count` random sequences (each with frames of its own)."""
     rng = np.random.default_rng(seed)
+    first_frame = 0
     for _ in range(count):
-        learner.add(make_sequence(learner.config, rng, **kwargs), priority)
+        sequence = make_sequence(config, rng, **kwargs)
+        replay_or_learner.add(as_record(sequence, priority, first_frame))
+        first_frame += len(sequence["frames"])
 
 
 def stack(sequences):
@@ -88,7 +105,7 @@ def weights_equal(a, b, atol=0.0):
 
 def test_step_before_warmup_raises_runtime_error(learner_config):
     learner = make_learner(learner_config(lstm_units=0, memory_warmup=5))
-    fill(learner, 4)
+    fill(learner, learner.config, 4)
     assert not learner.ready
     with pytest.raises(RuntimeError, match="warm-up"):
         learner.step()
@@ -96,7 +113,7 @@ def test_step_before_warmup_raises_runtime_error(learner_config):
 
 def test_target_is_copied_only_every_target_update_interval_updates(learner_config):
     learner = make_learner(learner_config(lstm_units=0, target_update_interval=3))
-    fill(learner, 8)
+    fill(learner, learner.config, 8)
     initial = learner.target.get_weights()
     learner.step()
     assert not weights_equal(learner.online.get_weights(), initial)
@@ -110,7 +127,7 @@ def test_target_is_copied_only_every_target_update_interval_updates(learner_conf
 
 def test_step_updates_the_sampled_priorities_in_replay(learner_config):
     learner = make_learner(learner_config(lstm_units=0, batch_size=16))
-    fill(learner, 16, priority=1.0)
+    fill(learner, learner.config, 16, priority=1.0)
     _, _, before = learner.replay.sample(64)
     assert np.allclose(before, 1.0 / 16)  # all priorities equal before the update
     metrics = learner.step()
@@ -191,7 +208,7 @@ def _burnin_losses(shared, burnin_mask):
     batch = shared.random_batch(3)
     batch["burnin_mask"][:] = burnin_mask
     other = {k: v.copy() for k, v in batch.items()}
-    other["obs"][:, : shared.config.burnin] += 1.0
+    other["frames"][:, : shared.config.burnin] += 1.0  # S = 1: frame p is observation p
     return shared.use(fixed(batch)).step()["loss"], shared.use(fixed(other)).step()["loss"]
 
 
@@ -214,14 +231,16 @@ def test_burnin_gets_no_gradient(shared):
     batch = shared.random_batch(4)
     with_burnin = shared.use(fixed(batch))
     b = shared.config.burnin
+    obs = batch["frames"][:, :, None]  # S = 1: (B, T, 1, *frame)
     _, (h, c) = with_burnin.online.unroll(
-        batch["obs"][:, :b],
+        obs[:, :b],
         (batch["state"][:, 0], batch["state"][:, 1]),
         batch["burnin_mask"] > 0.5,
     )
     no_burnin_batch = dict(
         batch,
-        obs=batch["obs"][:, b:],
+        frames=batch["frames"][:, b:],
+        obs_mask=batch["obs_mask"][:, b:],
         burnin_mask=batch["burnin_mask"][:, :0],
         state=np.stack([h.numpy(), c.numpy()], axis=1),
     )
@@ -240,12 +259,8 @@ def test_burnin_gets_no_gradient(shared):
 
 def test_learner_fits_constant_rewards(shared):
     """gamma = 0 (bootstrap discount 0), n = 1, every reward 1, no rescaling: Q -> 1."""
-    replay = PrioritizedSequenceReplay(
-        64, SequenceLayout.from_config(shared.config).field_spec(), 0.9, seed=0
-    )
-    rng = np.random.default_rng(5)
-    for _ in range(16):
-        replay.add(make_sequence(shared.config, rng, reward=1.0, discount=0.0), 1.0)
+    replay = SequenceReplay(SequenceLayout.from_config(shared.config), 64, 0.9, seed=0)
+    fill(replay, shared.config, 16, seed=5, reward=1.0, discount=0.0)
     learner = shared.use(replay)
     first = learner.step()["mean_q"]
     for _ in range(300):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from r2d2_agent import R2D2Agent
+from r2d2_agent.replay import stack_frames
 
 NO_LEARNING = {"train_interval": 10**6}  # no learner update within these tests
 
@@ -54,7 +55,8 @@ def test_truncation_with_next_observation_bootstraps_from_it(make_config):
     _, batch, _ = agent.learner.replay.sample(1)
     b = agent.config.burnin
     assert batch["bootstrap_discount"][0, 0] == pytest.approx(agent.config.gamma)
-    bootstrap_obs = batch["obs"][0, b + batch["bootstrap_index"][0, 0]]
+    obs = stack_frames(batch["frames"][0], batch["obs_mask"][0], agent.config.input_sequence)
+    bootstrap_obs = obs[b + batch["bootstrap_index"][0, 0]]
     np.testing.assert_array_equal(bootstrap_obs[-1], last)
 
 

@@ -27,6 +27,7 @@ from r2d2_agent.distributed.interfaces import (
 from r2d2_agent.distributed.learner_runner import LearnerRunner
 from r2d2_agent.distributed.messages import Experience
 from r2d2_agent.networks.numpy_net import weight_layout
+from r2d2_agent.replay import SequenceRecord
 from r2d2_agent.roles import R2D2Builder
 
 SYNC_INTERVAL = 10  # env steps between weight pulls: 205 steps make a countable 21 pulls
@@ -98,8 +99,8 @@ class FakeLearner:
     def ready(self) -> bool:
         return len(self.priorities) >= self.warmup
 
-    def add(self, sequence, priority) -> None:
-        self.priorities.append(priority)
+    def add(self, record, stream=0) -> None:
+        self.priorities.append(record.priority)
 
     def step(self) -> dict:
         self.updates += 1
@@ -185,13 +186,25 @@ def test_actor_runner_counts_the_items_it_sent(actor_run):
 
 
 def test_actor_runner_sends_sequences_of_the_config_layout(actor_run, config):
-    sequence = actor_run.items[0].sequence
-    assert sequence["obs"].shape == (config.sequence_length, 1, 4)
-    assert sequence["state"].shape == (2, config.lstm_units)
+    fields = actor_run.items[0].record.fields
+    assert fields["frame_ids"].shape == (config.sequence_length,)  # S = 1
+    assert fields["state"].shape == (2, config.lstm_units)
+
+
+def test_actor_runner_sends_every_frame_once(actor_run):
+    """Frames travel with the first sequence that uses them: ids follow each other."""
+    records = [item.record for item in actor_run.items]
+    sent = [record.first_frame + i for record in records for i in range(len(record.frames))]
+    assert sent == list(range(sent[0], sent[0] + len(sent)))
+    assert all(record.frames.shape[1:] == (4,) for record in records)
+
+
+def test_actor_runner_tags_its_items_with_its_stream(actor_run):
+    assert {item.stream for item in actor_run.items} == {0}
 
 
 def test_actor_runner_sends_finite_non_negative_priorities(actor_run):
-    priority = actor_run.items[0].priority
+    priority = actor_run.items[0].record.priority
     assert np.isfinite(priority) and priority >= 0
 
 
@@ -234,7 +247,8 @@ def test_actor_runner_without_weights_never_acts(config, cartpole):
 
 # ----------------------------------------------------------------- learner loop -----
 def items(n: int, env_steps: int = 4) -> list:
-    return [Experience({"i": i}, 1.0, env_steps) for i in range(n)]
+    records = [SequenceRecord({"i": np.array(i)}, 1.0, np.zeros((0, 4)), 0) for i in range(n)]
+    return [Experience(record, env_steps) for record in records]
 
 
 @pytest.fixture(scope="module")

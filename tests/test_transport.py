@@ -33,6 +33,7 @@ from r2d2_agent.distributed.mp.weights_channel import (
     SharedWeightsPublisher,
     SharedWeightsSubscriber,
 )
+from r2d2_agent.replay import SequenceRecord
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -258,7 +259,8 @@ def connected_receiver():
     r, w = CTX.Pipe(duplex=False)
     control_w.send(ConnectActor(0, r))  # transfers the connection, as to another process
     r.close()
-    w.send_bytes(pickle.dumps([Experience({"obs": np.zeros(2)}, 1.0, 4)]))
+    record = SequenceRecord({"frame_ids": np.zeros(2, np.int64)}, 1.0, np.zeros((2, 4)), 0)
+    w.send_bytes(pickle.dumps([Experience(record, 4)]))
     got, t0 = [], time.monotonic()
     while not got and time.monotonic() - t0 < 5:
         got += receiver.receive(10, timeout=0.5)
@@ -272,7 +274,7 @@ def connected_receiver():
 def test_pipe_receiver_takes_new_pipes_from_the_control_pipe(connected_receiver):
     receiver, _, got = connected_receiver
     assert len(got) == 1 and receiver.connections == 1
-    assert (got[0].priority, got[0].env_steps) == (1.0, 4)
+    assert (got[0].record.priority, got[0].env_steps) == (1.0, 4)
 
 
 def test_pipe_receiver_raises_once_the_control_pipe_closes(connected_receiver):

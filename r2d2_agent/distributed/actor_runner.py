@@ -13,11 +13,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-import numpy as np
-
 from r2d2_agent.distributed.hooks import call_hooks
 from r2d2_agent.distributed.interfaces import ExperienceSender, WeightsSubscriber
 from r2d2_agent.distributed.messages import Experience
+from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeLoop, EpisodeObserver, EpisodeResult, Transition
 
@@ -54,6 +53,8 @@ class ActorRunner(EpisodeObserver):
         send_batch_size: Items gathered before one `send` (also sent at episode ends).
         progress: Optional progress sink.
         callbacks: Callbacks whose `on_r2d2_actor_begin`/`_end` hooks run here.
+        stream: Tells this actor's frames apart from other actors' in the learner (unique
+            per actor process, a restarted actor included).
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class ActorRunner(EpisodeObserver):
         send_batch_size: int = 4,
         progress: ActorProgress | None = None,
         callbacks: Sequence[Any] = (),
+        stream: int = 0,
     ) -> None:
         self.index = index
         self.config = builder.config
@@ -79,6 +81,7 @@ class ActorRunner(EpisodeObserver):
         self.send_batch_size = send_batch_size
         self.progress = progress
         self.callbacks = tuple(callbacks)
+        self.stream = stream
         adder = builder.make_adder(self._collect)
         self.actor = builder.make_actor(builder.make_policy(), adder, epsilon, seed)
         self.steps = 0
@@ -140,8 +143,8 @@ class ActorRunner(EpisodeObserver):
 
     # Experience out, weights in ------------------------------------------------------
 
-    def _collect(self, sequence: dict[str, np.ndarray], priority: float) -> None:
-        self._pending.append(Experience(sequence, float(priority), self._steps_unsent))
+    def _collect(self, record: SequenceRecord) -> None:
+        self._pending.append(Experience(record, self._steps_unsent, self.stream))
         self._steps_unsent = 0
 
     def _flush(self) -> None:

@@ -133,7 +133,7 @@ class LearnerRunner:
 
     def _add(self, items: list[Experience]) -> None:
         for item in items:
-            self.learner.add(item.sequence, item.priority)
+            self.learner.add(item.record, item.stream)
             self.sequences_received += 1
             self.env_steps_received += int(item.env_steps)
 

@@ -31,6 +31,7 @@ from r2d2_agent.distributed.mp.supervisor import Supervisor
 from r2d2_agent.distributed.reports import Progress, TrainResult
 from r2d2_agent.distributed.spec import RunOptions, RunSpec, TrainLimits
 from r2d2_agent.envs.checks import check_env_matches_config
+from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import play_episodes
 
@@ -74,8 +75,9 @@ class R2D2Manager:
         TypeError: On an unpicklable factory, image model or callback, a factory that is
             not callable or does not return a Gymnasium env, or a config that is not an
             `R2D2Config`; before any process starts.
-        ValueError: On invalid options, or an env whose spaces do not fit the config;
-            before any process starts.
+        ValueError: On invalid options, an env whose spaces do not fit the config, or a
+            replay larger than the machine's available memory (naming `memory_capacity`,
+            the estimate and the available memory); before any process starts.
     """
 
     def __init__(
@@ -121,6 +123,7 @@ class R2D2Manager:
             log_level=logging.getLogger("r2d2_agent").getEffectiveLevel(),
         )
         _check_env(env_factory, config, builder.observation_dtype)
+        check_replay_fits(config, builder.observation_dtype)  # the learner's, before it starts
         self._run: Supervisor | None = None
         self._final_weights: list[np.ndarray] | None = None
         self._eval_policy: Any = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from r2d2_agent.replay.adder import SequenceRecord
 
 if TYPE_CHECKING:
     from r2d2_agent.distributed.mp.shared_weights import SharedWeightsHandle, WeightsSpec
@@ -36,15 +36,16 @@ class Experience:
     """One finished sequence on its way from an actor to the learner's replay.
 
     Attributes:
-        sequence: Field name -> array, as `SequenceLayout.field_spec` describes.
-        priority: Its initial priority, computed by the actor.
+        record: The sequence, its initial priority and the frames it brings (each frame
+            crosses the boundary once; see `SequenceRecord`).
         env_steps: Env steps the actor took since its previous item (the learner's rate
             limiter counts env steps with them).
+        stream: Which actor incarnation sent it (frame ids are per stream).
     """
 
-    sequence: dict[str, np.ndarray]
-    priority: float
+    record: SequenceRecord
     env_steps: int
+    stream: int = 0
 
 
 @dataclass(frozen=True)

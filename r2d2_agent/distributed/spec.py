@@ -149,6 +149,10 @@ class RunSpec:
             return None
         return self.config.seed + index + self.nb_actors * restarts
 
+    def actor_stream(self, index: int, restarts: int) -> int:
+        """Stream id of actor `index` after `restarts` restarts (unique in the run)."""
+        return index + self.nb_actors * restarts
+
     def actor_epsilon(self, index: int) -> float:
         """Exploration rate of actor `index` (Ape-X schedule over `nb_actors`)."""
         return self.builder.actor_epsilon(index, self.nb_actors)
@@ -193,6 +197,8 @@ class ActorStart:
         seed: Seeds the env's first reset, its action space and the actor's exploration.
         epsilon: The actor's exploration rate.
         nb_steps: Stop once all actors together took this many env steps (None: no limit).
+        stream: Unique per actor process of the run, a restarted actor included: the
+            learner tells the actors' frames apart by it.
     """
 
     spec: RunSpec
@@ -200,6 +206,7 @@ class ActorStart:
     seed: int | None
     epsilon: float
     nb_steps: int | None
+    stream: int = 0
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from r2d2_agent.envs.gymnasium_env import GymnasiumEnv, as_keras_rl_env
 from r2d2_agent.image_models import ImageModel
 from r2d2_agent.math import inverse_rescale
 from r2d2_agent.networks.weights_io import save_weights_atomic
+from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeObserver, Transition
 from r2d2_agent.roles.learner import METRIC_NAMES
@@ -33,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 class R2D2Agent(rl_core.Agent):
     """R2D2 in one process: act, store sequences, train every `train_interval` env steps.
+
+    The replay's size is logged, and a replay larger than the machine's available memory
+    is refused (`ValueError` naming `memory_capacity`) before anything is allocated.
 
     Args:
         config: The agent's configuration.
@@ -61,6 +65,7 @@ class R2D2Agent(rl_core.Agent):
         self.config = config
         self.image_model = image_model
         self.builder = R2D2Builder(config, image_model, observation_dtype, use_numpy_policy)
+        check_replay_fits(config, self.builder.observation_dtype)  # before allocating it
         self.learner = self.builder.make_learner()
         self.adder = self.builder.make_adder(self.learner.add)
         policy = self.builder.make_policy()

@@ -1,14 +1,24 @@
-"""Replay: the sequence layout, the sequence adder, the sum tree and prioritized replay.
+"""Replay: the sequence layout, the sequence adder, the sum tree and the replays.
 
 `SequenceAdder` cuts an actor's episodes into overlapping burn-in + trained + look-ahead
-sequences with stored recurrent states and initial priorities; `PrioritizedSequenceReplay`
-stores them and samples in proportion to priority (a `SumTree` underneath). Nothing here
-imports TensorFlow.
+sequences with stored recurrent states and initial priorities, naming their frames by id
+and handing on each frame once (`SequenceRecord`). `SequenceReplay` stores every frame once
+and the sequences' small fields in a `PrioritizedSequenceReplay` (generic fixed-shape
+items, a `SumTree` underneath), and rebuilds stacks when sampled. Nothing here imports
+TensorFlow.
 """
 
-from r2d2_agent.replay.adder import SequenceAdder, Sink
-from r2d2_agent.replay.layout import SequenceLayout
+from r2d2_agent.replay.adder import SequenceAdder, SequenceRecord, Sink
+from r2d2_agent.replay.layout import SequenceLayout, stack_frames
 from r2d2_agent.replay.prioritized import PRIORITY_EPSILON, FieldSpec, PrioritizedSequenceReplay
+from r2d2_agent.replay.sequence_replay import SequenceReplay, default_frame_capacity
+from r2d2_agent.replay.sizing import (
+    available_memory_bytes,
+    check_replay_fits,
+    estimate_replay_bytes,
+    largest_memory_capacity,
+    storage_dtype,
+)
 from r2d2_agent.replay.sum_tree import SumTree
 
 __all__ = [
@@ -17,6 +27,15 @@ __all__ = [
     "PrioritizedSequenceReplay",
     "SequenceAdder",
     "SequenceLayout",
+    "SequenceRecord",
+    "SequenceReplay",
     "Sink",
     "SumTree",
+    "available_memory_bytes",
+    "check_replay_fits",
+    "default_frame_capacity",
+    "estimate_replay_bytes",
+    "largest_memory_capacity",
+    "stack_frames",
+    "storage_dtype",
 ]

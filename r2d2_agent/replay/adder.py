@@ -1,36 +1,67 @@
 """`SequenceAdder`: cuts episodes into R2D2 training sequences with initial priorities.
 
 Trained windows of `L = input_length` steps start at episode steps `q = 0, period,
-2 period, ...`; each is stored with `b = burnin` observations before it and
-`n = multisteps` after it, i.e. observations `s_{q-b} ... s_{q+L+n-1}`, zero padded before
-`s_0` and after the final observation `s_E`. The fields of an emitted sequence are those
-of `SequenceLayout.field_spec`; the recurrent state stored is the one passed with step
-`max(q-b, 0)`, i.e. the state before processing the first real observation.
+2 period, ...`; each covers observations `s_{q-b} ... s_{q+L+n-1}` (`b = burnin`,
+`n = multisteps`), zero padded before `s_0` and after the final observation `s_E`. The
+fields of an emitted sequence are those of `SequenceLayout.field_spec`; the recurrent
+state stored is the one passed with step `max(q-b, 0)`, i.e. the state before processing
+the first real observation.
+
+The adder is given single frames, not stacked observations. Every frame gets an id (one
+counter per adder, so ids are unique for the adder's life), and each emitted
+`SequenceRecord` carries the frames no earlier record carried: every frame leaves the
+adder once, however many windows and stacks use it. A sequence names its frames by id
+(`frame_ids`), the observation at position `p` being the stack of frames `p .. p+S-1`.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from r2d2_agent.math import n_step_returns, n_step_targets, sequence_priorities, td_errors
 from r2d2_agent.replay.layout import SequenceLayout
 
-__all__ = ["SequenceAdder", "Sink"]
+__all__ = ["FRAME_ID_MODULUS", "SequenceAdder", "SequenceRecord", "Sink"]
 
-Sink = Callable[[dict[str, np.ndarray], float], None]
-"""Receives each finished sequence and its initial priority."""
+FRAME_ID_MODULUS = 2**31
+"""Frame ids travel modulo this (as int32); a receiver maps them modulo a power of two."""
+
+
+@dataclass(frozen=True)
+class SequenceRecord:
+    """One finished sequence, as the adder hands it on.
+
+    Attributes:
+        fields: The fixed-shape fields of `SequenceLayout.field_spec`; `frame_ids` are the
+            adder's frame ids modulo `FRAME_ID_MODULUS` (-1 for zero frames).
+        priority: The initial priority, from the Q-values computed while acting.
+        frames: `(F, *frame_shape)`: the frames this record introduces, in id order (the
+            frames of earlier records are not repeated).
+        first_frame: The id of `frames[0]` modulo `FRAME_ID_MODULUS` (the next id when
+            `frames` is empty).
+    """
+
+    fields: dict[str, np.ndarray]
+    priority: float
+    frames: np.ndarray
+    first_frame: int
+
+
+Sink = Callable[[SequenceRecord], None]
+"""Receives each finished sequence."""
 
 
 class _Step:
     """Data attached to observation `s_j`; the transition fields fill in later."""
 
-    __slots__ = ("action", "obs", "q", "reward", "state")
+    __slots__ = ("action", "frame", "q", "reward", "state")
 
-    def __init__(self, obs: np.ndarray) -> None:
-        self.obs = obs
+    def __init__(self, frame: np.ndarray) -> None:
+        self.frame = frame
         self.state: np.ndarray | None = None
         self.q: np.ndarray | None = None
         self.action = 0
@@ -38,7 +69,7 @@ class _Step:
 
 
 class SequenceAdder:
-    """Acme-style adder: `add_first`, then `add` per step; emits sequences to `sink`.
+    """Acme-style adder: `add_first`, then `add` per step; emits `SequenceRecord`s to `sink`.
 
     A sequence is emitted once its look-ahead is complete, i.e. once `s_{q+L+n-1}` and
     `Q(s_{q+L+n-1})` (the latter for the initial priority) are known: normally on the
@@ -51,8 +82,8 @@ class SequenceAdder:
     `priority = sequence_priorities(delta, mask, eta)`.
 
     Args:
-        sink: Called as `sink(sequence, priority)` for each finished sequence.
-        layout: The sequence layout (observation shape and dtype, burn-in, length, n,
+        sink: Called with each finished `SequenceRecord`.
+        layout: The sequence layout (frame shape and dtype, stacking, burn-in, length, n,
             period, state size).
         gamma: Discount in `[0, 1]`.
         priority_eta: Max/mean mixing of the priority, in `[0, 1]`.
@@ -90,6 +121,9 @@ class SequenceAdder:
         self._next_start = 0  # start q of the next window to emit
         self._nb_actions: int | None = None
         self._active = False
+        self._next_id = 0  # id of the next frame given to the adder
+        self._episode_first_id = 0  # id of this episode's s_0
+        self._sent_upto = -1  # highest frame id already carried by a record
 
     @property
     def buffer_length(self) -> int:
@@ -97,30 +131,32 @@ class SequenceAdder:
         return len(self._steps)
 
     def reset(self) -> None:
-        """Drops the current episode without emitting anything."""
+        """Drops the current episode without emitting anything (frame ids go on)."""
         self._steps.clear()
         self._base = 0
         self._next_start = 0
         self._active = False
+        self._sent_upto = self._next_id - 1
 
-    def add_first(self, observation: np.ndarray) -> None:
-        """Starts an episode at `s_0`.
+    def add_first(self, frame: np.ndarray) -> None:
+        """Starts an episode at its first frame `s_0`.
 
         Raises:
             RuntimeError: If an episode is in progress (call `reset` first).
-            ValueError: If the observation has the wrong shape.
+            ValueError: If the frame has the wrong shape.
         """
         if self._active:
             raise RuntimeError("add_first called mid-episode; call reset() to drop it")
         self.reset()
-        self._steps.append(_Step(self._check_obs(observation)))
+        self._episode_first_id = self._next_id
+        self._steps.append(self._new_step(frame))
         self._active = True
 
     def add(
         self,
         action: int,
         reward: float,
-        next_observation: np.ndarray,
+        next_frame: np.ndarray,
         terminated: bool,
         truncated: bool,
         state: np.ndarray | None,
@@ -132,7 +168,7 @@ class SequenceAdder:
         Args:
             action: `a_t`, chosen on `s_t`.
             reward: `r_t`.
-            next_observation: `s_{t+1}` (the final observation if the episode ends).
+            next_frame: The frame of `s_{t+1}` (the final one if the episode ends).
             terminated: The episode terminated at `s_{t+1}` (wins over truncated).
             truncated: The episode was cut off at `s_{t+1}`.
             state: `(2, state_size)` recurrent state before processing `s_t`
@@ -157,7 +193,7 @@ class SequenceAdder:
         st = np.array(state, dtype=np.float32)
         if st.shape != (2, self.layout.state_size):
             raise ValueError(f"state must have shape (2, {self.layout.state_size}), got {st.shape}")
-        nxt = _Step(self._check_obs(next_observation))
+        nxt = self._new_step(next_frame)
         ended = bool(terminated) or bool(truncated)
         if next_q_values is not None:
             nxt.q = self._check_q("next_q_values", next_q_values)
@@ -188,14 +224,13 @@ class SequenceAdder:
                 self._steps.popleft()
                 self._base += 1
 
-    def _check_obs(self, observation: np.ndarray) -> np.ndarray:
-        """Copies an observation to the storage dtype, checking its shape."""
-        obs = np.array(observation, dtype=self.layout.observation_dtype)
-        if obs.shape != self.layout.observation_shape:
-            raise ValueError(
-                f"observation must have shape {self.layout.observation_shape}, got {obs.shape}"
-            )
-        return obs
+    def _new_step(self, frame: np.ndarray) -> _Step:
+        """A step holding a copy of `frame` in the storage dtype; the frame gets an id."""
+        copy = np.array(frame, dtype=self.layout.frame_dtype)
+        if copy.shape != self.layout.frame_shape:
+            raise ValueError(f"frame must have shape {self.layout.frame_shape}, got {copy.shape}")
+        self._next_id += 1
+        return _Step(copy)
 
     def _check_q(self, name: str, q_values: np.ndarray) -> np.ndarray:
         """Copies q values to float64, checking `(nb_actions,)` consistency."""
@@ -213,14 +248,21 @@ class SequenceAdder:
         `end` is `E` (index of the final observation) once the episode is
         over, else `None` (then the look-ahead is complete).
         """
-        b, length, n = self.layout.burnin, self.layout.input_length, self.layout.multisteps
+        layout = self.layout
+        b, length, n = layout.burnin, layout.input_length, layout.multisteps
+        stack = layout.input_sequence
         steps, base = self._steps, self._base
-        last = base + len(steps) - 1  # Index of the newest observation.
+        last = base + len(steps) - 1  # index of the newest observation
         seq = {k: np.zeros(shape, dtype) for k, (shape, dtype) in self._spec.items()}
-        for p in range(b + length + n):
-            j = start - b + p
-            if 0 <= j <= last:
-                seq["obs"][p] = steps[j - base].obs
+        # Frames: observation p (episode step j = start - b + p) stacks the frames of steps
+        # j - S + 1 .. j; frame list entry i is the frame of step start - b - S + 1 + i.
+        first_step = start - b - stack + 1
+        frame_steps = first_step + np.arange(layout.frames_per_sequence)
+        visible = (frame_steps >= 0) & (frame_steps <= last)
+        ids = (self._episode_first_id + frame_steps) % FRAME_ID_MODULUS
+        seq["frame_ids"][:] = np.where(visible, ids, -1)
+        obs_steps = start - b + np.arange(layout.sequence_length)
+        seq["obs_mask"][:] = (obs_steps >= 0) & (obs_steps <= last)
         seq["burnin_mask"][:] = np.arange(start - b, start) >= 0
         seq["state"][:] = steps[max(start - b, 0) - base].state
         seg_end = start + length + n - 1 if end is None else min(start + length + n - 1, end)
@@ -236,7 +278,7 @@ class SequenceAdder:
         seq["bootstrap_discount"][:real] = disc[:real]
         seq["bootstrap_index"][:] = idx + np.pad(k[:real], (0, length - real))
         seq["mask"][:real] = 1.0
-        # Initial priority from the acting q values (online == target).
+        # Initial priority from the acting Q-values (online == target).
         q_boot = np.stack([steps[t - base].q for t in start + seq["bootstrap_index"][:real]])
         q_now = np.stack([steps[t - base].q for t in range(start, start + real)])
         q_taken = q_now[np.arange(real), seq["actions"][:real]]
@@ -249,4 +291,22 @@ class SequenceAdder:
             rescaling=self._rescaling,
         )
         priority = sequence_priorities(td_errors(y, q_taken), np.ones(real), self._eta)
-        self._sink(seq, float(priority))
+        newest = self._episode_first_id + min(start + length + n - 1, last)
+        self._sink(self._record(seq, float(priority), newest))
+
+    def _record(
+        self, fields: dict[str, np.ndarray], priority: float, newest: int
+    ) -> SequenceRecord:
+        """Wraps a sequence with the frames it uses (up to id `newest`) that no earlier
+        record carried."""
+        first = self._sent_upto + 1
+        count = max(newest - self._sent_upto, 0)
+        offset = first - self._episode_first_id - self._base  # index in self._steps
+        frames = [self._steps[offset + i].frame for i in range(count)]
+        frames_array = (
+            np.stack(frames)
+            if frames
+            else np.zeros((0, *self.layout.frame_shape), self.layout.frame_dtype)
+        )
+        self._sent_upto = max(self._sent_upto, newest)
+        return SequenceRecord(fields, priority, frames_array, first % FRAME_ID_MODULUS)

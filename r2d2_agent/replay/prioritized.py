@@ -117,7 +117,9 @@ class PrioritizedSequenceReplay:
         self._generation = np.full(self._capacity, -1, dtype=np.int64)
         self._rng = np.random.default_rng(seed)
         self._next = 0
-        self._size = 0
+        self._size = 0  # slots ever written (a prefix of the ring)
+        self._live = np.zeros(self._capacity, dtype=bool)  # written and not invalidated
+        self._count = 0  # live items
         logger.debug(
             "PrioritizedSequenceReplay(capacity=%d, alpha=%g, fields=%s): %.1f MiB",
             self._capacity,
@@ -136,9 +138,15 @@ class PrioritizedSequenceReplay:
         """The exponent `alpha` applied to raw priorities."""
         return self._alpha
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the preallocated storage, sum tree and bookkeeping arrays."""
+        storage = sum(a.nbytes for a in self._storage.values())
+        return storage + self._tree.nbytes + self._generation.nbytes + self._live.nbytes
+
     def __len__(self) -> int:
-        """Number of sequences currently stored."""
-        return self._size
+        """Number of items that can be sampled (stored and not invalidated)."""
+        return self._count
 
     def _keys(self, slots: np.ndarray) -> np.ndarray:
         """The current keys of `slots`."""
@@ -202,6 +210,8 @@ class PrioritizedSequenceReplay:
         for name, value in arrays.items():
             self._storage[name][slot] = value
         self._generation[slot] += 1
+        self._count += not self._live[slot]
+        self._live[slot] = True
         self._next = (slot + 1) % self._capacity
         self._size = min(self._size + 1, self._capacity)
         return int(self._keys(np.int64(slot)))
@@ -240,6 +250,9 @@ class PrioritizedSequenceReplay:
         writes = position // self._capacity - (slots < start)
         generations = self._generation[slots] + 1 + writes
         np.add.at(self._generation, slots, 1)
+        written = np.unique(slots[keep])
+        self._count += int((~self._live[written]).sum())
+        self._live[written] = True
         self._next = (self._next + n) % self._capacity
         self._size = min(self._size + n, self._capacity)
         return (generations << _SLOT_BITS) | slots
@@ -259,7 +272,7 @@ class PrioritizedSequenceReplay:
         Raises:
             ValueError: If the replay is empty or `batch_size < 1`.
         """
-        if self._size == 0:
+        if self._count == 0:
             raise ValueError("cannot sample from an empty PrioritizedSequenceReplay; add() first")
         if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
@@ -273,6 +286,43 @@ class PrioritizedSequenceReplay:
         probabilities = self._tree.get(slots) / total
         batch = {name: store[slots] for name, store in self._storage.items()}
         return self._keys(slots), batch, probabilities
+
+    def invalidate(self, slots: np.ndarray) -> None:
+        """Makes the items in `slots` unsampleable until their slots are written again.
+
+        Their keys go stale (a later priority write-back for them is skipped), their
+        sampling probability drops to 0, and `len` no longer counts them. Used when the
+        data an item refers to is gone (e.g. frames overwritten in a frame store).
+
+        Args:
+            slots: Slot indices (`key & 0xFFFFFFFF` of the items' keys).
+        """
+        idx = np.unique(np.asarray(slots, dtype=np.int64).reshape(-1))
+        idx = idx[self._live[idx]]
+        if idx.size == 0:
+            return
+        self._tree.update(idx, np.zeros(idx.size))
+        self._generation[idx] += 1
+        self._live[idx] = False
+        self._count -= int(idx.size)
+
+    def column(self, name: str) -> np.ndarray:
+        """A read-only view of field `name` over all slots (written or not)."""
+        view = self._storage[name].view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def live(self) -> np.ndarray:
+        """A read-only boolean view: which slots hold a sampleable item."""
+        view = self._live.view()
+        view.flags.writeable = False
+        return view
+
+    @staticmethod
+    def slots_of(keys: np.ndarray) -> np.ndarray:
+        """The slot index of each key."""
+        return np.asarray(keys, dtype=np.int64) & _SLOT_MASK
 
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
         """Replaces the priorities of stored items (e.g. after a learner step).

@@ -80,6 +80,11 @@ class SumTree:
         return self._capacity
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the tree's arrays (nodes and scratch space)."""
+        return self._nodes.nbytes + self._stamp.nbytes
+
+    @property
     def total(self) -> float:
         """Sum of all leaf values (the value of the root)."""
         return float(self._nodes[1])

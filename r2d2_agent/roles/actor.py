@@ -70,7 +70,7 @@ class R2D2Actor:
         self.episode_started = True
         if self.adder is not None:
             self.adder.reset()
-            self.adder.add_first(self.stacked_observation())
+            self.adder.add_first(frame)
 
     def select_action(self) -> int:
         """ε-greedy action for the current observation; advances the recurrent state."""
@@ -89,7 +89,8 @@ class R2D2Actor:
         """Records the transition that followed `select_action`."""
         if self._last is None:
             raise RuntimeError("observe() needs a select_action() before it")
-        self._frames.append(np.array(next_observation))  # a copy, as in observe_first
+        frame = np.array(next_observation)  # a copy, as in observe_first
+        self._frames.append(frame)
         state_before, q = self._last
         self._last = None
         if self.adder is not None:
@@ -99,7 +100,7 @@ class R2D2Actor:
             self.adder.add(
                 action,
                 float(reward),
-                self.stacked_observation(),
+                frame,
                 bool(terminated),
                 bool(truncated),
                 state_before,

@@ -23,7 +23,8 @@ from r2d2_agent.networks.numpy_net import NumpyNetwork, supports_numpy
 from r2d2_agent.networks.policies import KerasPolicy, Policy
 from r2d2_agent.replay.adder import SequenceAdder, Sink
 from r2d2_agent.replay.layout import SequenceLayout
-from r2d2_agent.replay.prioritized import PrioritizedSequenceReplay
+from r2d2_agent.replay.sequence_replay import SequenceReplay
+from r2d2_agent.replay.sizing import storage_dtype
 from r2d2_agent.roles.actor import R2D2Actor
 
 if TYPE_CHECKING:
@@ -73,10 +74,8 @@ class R2D2Builder:
     use_numpy_policy: bool | None = None
 
     def __post_init__(self) -> None:
-        dtype = self.observation_dtype
-        if dtype is None:
-            dtype = np.uint8 if self.config.is_image else np.float32
-        object.__setattr__(self, "observation_dtype", np.dtype(dtype))
+        dtype = storage_dtype(self.config, self.observation_dtype)
+        object.__setattr__(self, "observation_dtype", dtype)
         resolved = resolve_use_numpy(self.config, self.image_model, self.use_numpy_policy)
         object.__setattr__(self, "use_numpy_policy", resolved)
 
@@ -124,11 +123,11 @@ class R2D2Builder:
         """
         return R2D2Actor(self.config, policy, adder, epsilon, seed)
 
-    def make_replay(self) -> PrioritizedSequenceReplay:
+    def make_replay(self) -> SequenceReplay:
         """An empty prioritized replay of `config.memory_capacity` sequences."""
-        return PrioritizedSequenceReplay(
+        return SequenceReplay(
+            self.layout,
             self.config.memory_capacity,
-            self.layout.field_spec(),
             self.config.priority_exponent,
             seed=self.config.seed,
         )
@@ -143,7 +142,7 @@ class R2D2Builder:
         )
 
     def make_learner(
-        self, optimizer: Any = None, replay: PrioritizedSequenceReplay | None = None
+        self, optimizer: Any = None, replay: SequenceReplay | None = None
     ) -> R2D2Learner:
         """A learner with fresh online and target networks (imports TensorFlow).
 

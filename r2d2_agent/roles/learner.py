@@ -16,7 +16,8 @@ from r2d2_agent.compat import keras, tf
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.math import importance_weights, linear_schedule, tf_ops
 from r2d2_agent.networks.keras_net import R2D2Network
-from r2d2_agent.replay.prioritized import PrioritizedSequenceReplay
+from r2d2_agent.replay.adder import SequenceRecord
+from r2d2_agent.replay.sequence_replay import SequenceReplay
 
 __all__ = ["METRIC_NAMES", "R2D2Learner"]
 
@@ -44,7 +45,7 @@ class R2D2Learner:
         online: R2D2Network,
         target: R2D2Network,
         optimizer: keras.optimizers.Optimizer,
-        replay: PrioritizedSequenceReplay,
+        replay: SequenceReplay,
     ) -> None:
         self.config = config
         self.online = online
@@ -59,9 +60,14 @@ class R2D2Learner:
 
     # Data in / weights out -----------------------------------------------------------
 
-    def add(self, sequence: dict[str, np.ndarray], priority: float) -> None:
-        """Stores one finished sequence with its initial priority."""
-        self.replay.add(sequence, priority)
+    def add(self, record: SequenceRecord, stream: int = 0) -> None:
+        """Stores one finished sequence (and the new frames it brings).
+
+        Args:
+            record: From a `SequenceAdder`.
+            stream: Which adder (actor) it comes from; frame ids are per stream.
+        """
+        self.replay.add(record, stream)
 
     @property
     def ready(self) -> bool:
@@ -109,7 +115,8 @@ class R2D2Learner:
         keys, batch, probabilities = self.replay.sample(self.config.batch_size)
         weights = importance_weights(probabilities, len(self.replay), self.beta)
         loss, priorities, mean_q = self._train(
-            batch["obs"],
+            batch["frames"],
+            batch["obs_mask"],
             batch["burnin_mask"],
             batch["state"],
             batch["actions"],
@@ -138,7 +145,8 @@ class R2D2Learner:
 
     def _train_graph(
         self,
-        obs: Any,
+        frames: Any,
+        obs_mask: Any,
         burnin_mask: Any,
         state: Any,
         actions: Any,
@@ -151,7 +159,9 @@ class R2D2Learner:
         """All B sequences at once: burn-in without gradient, then L + n steps with it."""
         cfg = self.config
         b = cfg.burnin
-        obs = tf.cast(obs, tf.float32)
+        # 0. Stacked observations from the stored frames, as the actor stacked them:
+        #    observation p is frames p .. p+S-1, all zeros after the episode's end.
+        obs = stack_frames_in_graph(frames, obs_mask, cfg.sequence_length, cfg.input_sequence)
         mask = tf.cast(mask, tf.float32)
         online_state = target_state = (state[:, 0], state[:, 1])
         if cfg.enable_lstm and b > 0:
@@ -194,3 +204,23 @@ class R2D2Learner:
         priorities = tf_ops.sequence_priorities(td, mask, cfg.priority_eta)
         mean_q = tf.reduce_sum(q_taken * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
         return loss, priorities, mean_q
+
+
+def stack_frames_in_graph(frames: Any, obs_mask: Any, steps: int, input_sequence: int) -> Any:
+    """`r2d2_agent.replay.stack_frames` in TensorFlow (the tests check they agree).
+
+    Args:
+        frames: `(B, T + S - 1, *frame)` frames in their storage dtype.
+        obs_mask: `(B, T)`: 1 for real observations.
+        steps: T.
+        input_sequence: S.
+
+    Returns:
+        `(B, T, S, *frame)` float32 stacked observations, zero where `obs_mask` is 0.
+    """
+    frames = tf.cast(frames, tf.float32)
+    obs = tf.stack([frames[:, k : k + steps] for k in range(input_sequence)], axis=2)
+    mask = tf.cast(obs_mask, tf.float32)
+    return obs * tf.reshape(
+        mask, tf.concat([tf.shape(mask), tf.ones([obs.shape.rank - 2], tf.int32)], 0)
+    )

@@ -100,6 +100,7 @@ def actor_main(
         send_batch_size=spec.options.send_batch_size,
         progress=_ActorReporter(counters, actor.index, events),
         callbacks=spec.callbacks,
+        stream=actor.stream,
     )
     stopped = ParentWatch(stop)
 

@@ -208,7 +208,14 @@ class Supervisor:
         spec = self.spec
         exp_r, exp_w = self.ctx.Pipe(duplex=False)
         seed = spec.actor_seed(i, self.restarts[i])
-        start = ActorStart(spec, i, seed, spec.actor_epsilon(i), self.limits.nb_steps)
+        start = ActorStart(
+            spec,
+            i,
+            seed,
+            spec.actor_epsilon(i),
+            self.limits.nb_steps,
+            stream=spec.actor_stream(i, self.restarts[i]),
+        )
         setup = ChildSetup(
             "actor",
             i,

@@ -1,0 +1,232 @@
+"""`SequenceReplay`: R2D2's replay, storing every observation frame once.
+
+Two stores, sized together:
+
+* a frame store: a ring of `frame_capacity` frames (uint8 for images) plus one zero frame,
+  addressed by a frame number that only grows (slot = number % frame_capacity);
+* a `PrioritizedSequenceReplay` of `capacity` sequences holding each sequence's small
+  fields and the frame numbers of its `T + S - 1` frames (`SequenceLayout`).
+
+Overlapping windows and stacked observations share frames, so the replay keeps about
+`period + 1` frames per sequence (1.025 frames per env step at the paper's settings)
+instead of `(b + L + n) x S`. Stacks are rebuilt when sampled, exactly as the actor stacked
+them (`stack_frames`; the learner does it in its graph).
+
+Frames arrive in `SequenceRecord`s: each record brings the frames of its actor that no
+earlier record brought, named by the actor's own frame ids; the replay maps each actor's
+ids ("stream") to frame numbers. When a frame is overwritten, every sequence that uses it
+is invalidated (never sampled again, its priority write-backs skipped). With the default
+frame capacity the sequence ring overwrites a sequence before its frames, so this only
+happens with many actors interleaving or an undersized frame store.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from r2d2_agent.replay.adder import SequenceRecord
+from r2d2_agent.replay.layout import SequenceLayout
+from r2d2_agent.replay.prioritized import PrioritizedSequenceReplay
+
+__all__ = ["SequenceReplay", "default_frame_capacity"]
+
+logger = logging.getLogger(__name__)
+
+_NO_FRAME = np.iinfo(np.int64).max  # the "oldest frame" of a sequence without frames
+
+
+def default_frame_capacity(layout: SequenceLayout, capacity: int) -> int:
+    """Frames to store for `capacity` sequences.
+
+    An episode of `E` steps yields `ceil(E / period)` windows over `E + 1` frames, at most
+    `period + 1` frames per window; a sequence also reaches back `burnin + S - 1` frames
+    before its window, and each actor holds up to a sequence's worth of frames not yet
+    sent. So `capacity * (period + 1)` frames plus a margin of 16 sequences' frames keep
+    every stored sequence's frames in place in steady state.
+    """
+    return capacity * (layout.period + 1) + 16 * layout.frames_per_sequence
+
+
+class _StreamIds:
+    """Maps one stream's (actor's) frame ids to frame numbers, for its recent frames.
+
+    Ids arrive modulo 2**31 (`FRAME_ID_MODULUS`); the window is a power of two, which
+    divides 2**31, so `id % window` is the same before and after an id wraps around.
+    """
+
+    def __init__(self, span: int) -> None:
+        window = 1 << max(0, (4 * span - 1).bit_length())  # at least 4 sequences' frames
+        self._numbers = np.full(window, -1, dtype=np.int64)
+        self._window = window
+
+    def put(self, first_id: int, numbers: np.ndarray) -> None:
+        ids = first_id + np.arange(numbers.size)
+        self._numbers[ids % self._window] = numbers
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        return self._numbers[ids % self._window]
+
+
+class SequenceReplay:
+    """Prioritized replay of R2D2 sequences whose frames are stored once.
+
+    Args:
+        layout: The sequence layout (frame shape and dtype, stacking, lengths).
+        capacity: Sequences stored, at least 1 (`config.memory_capacity`).
+        priority_exponent: `alpha` >= 0 of proportional prioritized sampling.
+        seed: Seed of the sampling randomness.
+        frame_capacity: Frames stored; `default_frame_capacity(layout, capacity)` when None.
+
+    Raises:
+        ValueError: On an invalid capacity or exponent, or a frame capacity too small to
+            hold two sequences' frames.
+    """
+
+    def __init__(
+        self,
+        layout: SequenceLayout,
+        capacity: int,
+        priority_exponent: float,
+        seed: int | None = None,
+        frame_capacity: int | None = None,
+    ) -> None:
+        self.layout = layout
+        spec = dict(layout.field_spec())
+        spec["frame_ids"] = (spec["frame_ids"][0], np.dtype(np.int64))  # frame numbers here
+        spec["oldest_frame"] = ((), np.dtype(np.int64))
+        self._sequences = PrioritizedSequenceReplay(capacity, spec, priority_exponent, seed)
+        if frame_capacity is None:
+            frame_capacity = default_frame_capacity(layout, capacity)
+        if frame_capacity < 2 * layout.frames_per_sequence:
+            raise ValueError(
+                f"frame_capacity={frame_capacity} cannot hold the "
+                f"{2 * layout.frames_per_sequence} frames of two sequences"
+            )
+        self.frame_capacity = int(frame_capacity)
+        # The extra last row is the zero frame that frame id -1 reads.
+        self._frames = np.zeros((self.frame_capacity + 1, *layout.frame_shape), layout.frame_dtype)
+        self._next_number = 0  # number of the next frame stored
+        self._streams: dict[int, _StreamIds] = {}
+        self._oldest_live = _NO_FRAME  # lower bound of the live sequences' oldest frames
+        self.dropped = 0
+        """Sequences refused because one of their frames was already overwritten."""
+        logger.debug(
+            "SequenceReplay: %d sequences, %d frames of %d bytes (%.1f MiB of frames)",
+            capacity,
+            self.frame_capacity,
+            layout.frame_nbytes,
+            self._frames.nbytes / 2**20,
+        )
+
+    @property
+    def capacity(self) -> int:
+        """Maximum number of sequences stored."""
+        return self._sequences.capacity
+
+    @property
+    def frames_stored(self) -> int:
+        """Frames currently held (at most `frame_capacity`)."""
+        return min(self._next_number, self.frame_capacity)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for frames, sequence fields and priorities (at full capacity;
+        pages not yet written are not resident)."""
+        return self._frames.nbytes + self._sequences.nbytes
+
+    def __len__(self) -> int:
+        """Number of sequences that can be sampled."""
+        return len(self._sequences)
+
+    # Adding ---------------------------------------------------------------------------
+
+    def add(self, record: SequenceRecord, stream: int = 0) -> int | None:
+        """Stores the record's new frames, then the sequence.
+
+        Args:
+            record: From a `SequenceAdder`; its frames continue the stream's frames.
+            stream: Which adder the record comes from (an actor), so that its frame ids
+                are told apart from other actors'.
+
+        Returns:
+            The sequence's key (see `PrioritizedSequenceReplay`), or None if one of its
+            frames had already been overwritten (the sequence is dropped and counted in
+            `dropped`; it does not happen with the default frame capacity).
+
+        Raises:
+            ValueError: If the record's frames or fields do not fit the layout.
+        """
+        frames = np.asarray(record.frames)
+        if frames.shape[1:] != self.layout.frame_shape:
+            raise ValueError(
+                f"record frames have shape {frames.shape[1:]}, expected {self.layout.frame_shape}"
+            )
+        ids = self._stream(stream)
+        if len(frames):
+            ids.put(record.first_frame, self._store_frames(frames))
+        local = np.asarray(record.fields["frame_ids"], dtype=np.int64)
+        numbers = np.where(local >= 0, ids.get(np.maximum(local, 0)), -1)
+        real = numbers[local >= 0]
+        oldest = int(real.min()) if real.size else _NO_FRAME
+        if real.size and (oldest < self._next_number - self.frame_capacity or (real < 0).any()):
+            self.dropped += 1
+            logger.warning("dropping a sequence whose frames were already overwritten")
+            return None
+        fields = dict(record.fields)
+        fields["frame_ids"] = numbers
+        fields["oldest_frame"] = np.int64(oldest)
+        key = self._sequences.add(fields, record.priority)
+        self._oldest_live = min(self._oldest_live, oldest)
+        return key
+
+    def _stream(self, stream: int) -> _StreamIds:
+        ids = self._streams.get(stream)
+        if ids is None:
+            ids = self._streams[stream] = _StreamIds(self.layout.frames_per_sequence)
+        return ids
+
+    def _store_frames(self, frames: np.ndarray) -> np.ndarray:
+        """Writes frames to the ring; returns their numbers; invalidates what they evict."""
+        count = len(frames)
+        numbers = self._next_number + np.arange(count, dtype=np.int64)
+        kept = slice(max(0, count - self.frame_capacity), count)
+        self._frames[numbers[kept] % self.frame_capacity] = frames[kept]
+        self._next_number += count
+        self._evict(self._next_number - self.frame_capacity)
+        return numbers
+
+    def _evict(self, oldest_kept: int) -> None:
+        """Invalidates the sequences that use a frame older than `oldest_kept`."""
+        if oldest_kept <= self._oldest_live:
+            return
+        oldest = self._sequences.column("oldest_frame")
+        live = self._sequences.live
+        stale = np.flatnonzero(live & (oldest < oldest_kept))
+        if stale.size:
+            self._sequences.invalidate(stale)
+        remaining = oldest[self._sequences.live]
+        self._oldest_live = int(remaining.min()) if remaining.size else _NO_FRAME
+
+    # Sampling and priorities ----------------------------------------------------------
+
+    def sample(self, batch_size: int) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+        """Draws a stratified, priority-proportional batch (with replacement).
+
+        Returns:
+            `(keys, batch, probabilities)`, as `PrioritizedSequenceReplay.sample`; `batch`
+            holds the layout's fields except `frame_ids`, plus `frames`, `(B, T + S - 1,
+            *frame)` in the storage dtype (zeros where a frame id is -1): observation `p`
+            of row `i` is `stack_frames(frames[i], obs_mask[i], S)[p]`.
+        """
+        keys, batch, probabilities = self._sequences.sample(batch_size)
+        numbers = batch.pop("frame_ids")
+        del batch["oldest_frame"]
+        rows = np.where(numbers >= 0, numbers % self.frame_capacity, self.frame_capacity)
+        batch["frames"] = self._frames[rows]
+        return keys, batch, probabilities
+
+    def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
+        """See `PrioritizedSequenceReplay.update_priorities` (stale keys are skipped)."""
+        return self._sequences.update_priorities(keys, priorities)

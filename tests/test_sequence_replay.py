@@ -1,0 +1,282 @@
+"""`SequenceReplay` stores every frame once: sampled sequences must equal the windows of
+stacked observations the actor saw, built the old way (one stack per step) as a
+brute-force reference, through episode starts inside the burn-in, ends inside the n-step
+tail, truncation, episodes shorter than a sequence, wrap-around of the frame store, and
+two actors interleaving; a sequence whose frames were overwritten is never sampled."""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from r2d2_agent import R2D2Agent, R2D2Manager
+from r2d2_agent.compat import tf
+from r2d2_agent.config import InputType, R2D2Config
+from r2d2_agent.replay import (
+    SequenceLayout,
+    SequenceReplay,
+    default_frame_capacity,
+    estimate_replay_bytes,
+    largest_memory_capacity,
+    stack_frames,
+)
+from r2d2_agent.roles import R2D2Builder
+from r2d2_agent.roles.learner import stack_frames_in_graph
+
+FRAME = (3, 3)
+
+
+class FixedPolicy:
+    """Q-values from the newest frame's counter pixel; the state stays zero."""
+
+    def __init__(self, nb_actions: int, units: int) -> None:
+        self.nb_actions = nb_actions
+        self.units = units
+
+    def step(self, obs, state):
+        q = np.linspace(-1, 1, self.nb_actions)[None] * float(obs[0, -1, 0, 0] % 7)
+        return q, np.zeros((1, 2, self.units), np.float32)
+
+    def set_weights(self, weights):
+        pass
+
+
+def image_config(**changes) -> R2D2Config:
+    base = dict(
+        input_shape=FRAME,
+        nb_actions=3,
+        input_type=InputType.GRAY_2ch,
+        input_sequence=3,
+        lstm_units=2,
+        dense_units=4,
+        burnin=3,
+        input_length=4,
+        multisteps=2,
+        sequence_period=2,
+        batch_size=4,
+        memory_capacity=64,
+        seed=0,
+    )
+    return R2D2Config(**(base | changes))
+
+
+def counter_frame(k: int) -> np.ndarray:
+    """Frame number k of a stream, as a uint8 image that tells it apart (k < 65,536)."""
+    frame = np.zeros(FRAME, np.uint8)
+    frame[0, 0] = 1 + k % 250
+    frame[1, 1] = k // 250
+    return frame
+
+
+class Stream:
+    """One actor on a frame-counter env, keeping, per stored key, the window the old layout
+    would have stored: one stack per step, built from the whole episode."""
+
+    def __init__(self, config: R2D2Config, replay: SequenceReplay, stream: int) -> None:
+        self.config = config
+        builder = R2D2Builder(config)
+        policy = FixedPolicy(config.nb_actions, config.lstm_units)
+        self.actor = builder.make_actor(policy, builder.make_adder(self._add), 0.0, 0)
+        self.replay = replay
+        self.stream = stream
+        self.frame_count = 0
+        self.episode_frames: list[np.ndarray] = []
+        self.windows_emitted = 0  # in the current episode
+        self.reference: dict[int, np.ndarray] = {}  # key -> stacked window
+        self.stored = 0
+
+    def _add(self, record) -> None:
+        start = self.windows_emitted * self.config.period  # windows come in order
+        self.windows_emitted += 1
+        key = self.replay.add(record, self.stream)
+        self.stored += 1
+        if key is not None:
+            self.reference[key] = self._old_layout_window(start)
+
+    def _old_layout_window(self, start: int) -> np.ndarray:
+        config, frames = self.config, self.episode_frames
+        stack, last = config.input_sequence, len(frames) - 1
+        window = np.zeros((config.sequence_length, stack, *FRAME), np.uint8)
+        for p in range(config.sequence_length):
+            j = start - config.burnin + p  # the episode step of observation p
+            if 0 <= j <= last:
+                for k in range(stack):
+                    if j - stack + 1 + k >= 0:
+                        window[p, k] = frames[j - stack + 1 + k]
+        return window
+
+    def play(self, episode_lengths: list[int], truncate: bool) -> None:
+        for length in episode_lengths:
+            self.windows_emitted = 0
+            self.episode_frames = [counter_frame(self.frame_count)]
+            self.frame_count += 1
+            self.actor.observe_first(self.episode_frames[0])
+            for t in range(length):
+                action = self.actor.select_action()
+                frame = counter_frame(self.frame_count)
+                self.frame_count += 1
+                self.episode_frames.append(frame)
+                ended = t == length - 1
+                self.actor.observe(action, 1.0, frame, ended and not truncate, ended and truncate)
+
+
+def sample_all(replay: SequenceReplay) -> list[tuple[int, np.ndarray]]:
+    """(key, rebuilt window) of many samples."""
+    keys, batch, _ = replay.sample(512)
+    windows = stack_frames(batch["frames"], batch["obs_mask"], replay.layout.input_sequence)
+    return [(int(keys[i]), windows[i]) for i in range(512)]
+
+
+EPISODES = [1, 2, 4, 7, 9, 13, 6, 3, 20, 5]  # shorter and longer than a sequence (T = 9)
+
+
+@pytest.mark.parametrize("truncate", [False, True], ids=["terminated", "truncated"])
+def test_sampled_windows_equal_the_actors_stacks(truncate):
+    config = image_config()
+    replay = R2D2Builder(config).make_replay()
+    stream = Stream(config, replay, 0)
+    stream.play(EPISODES, truncate)
+    for key, window in sample_all(replay):
+        np.testing.assert_array_equal(window, stream.reference[key], err_msg=f"key {key}")
+
+
+def test_sampled_windows_stay_exact_when_the_frame_store_wraps_around():
+    config = image_config()
+    layout = R2D2Builder(config).layout
+    replay = SequenceReplay(layout, 16, 0.9, seed=0, frame_capacity=3 * layout.frames_per_sequence)
+    stream = Stream(config, replay, 0)
+    stream.play(EPISODES * 3, truncate=False)
+    assert stream.frame_count > 3 * replay.frame_capacity  # wrapped several times
+    for key, window in sample_all(replay):
+        np.testing.assert_array_equal(window, stream.reference[key])
+
+
+def test_two_interleaving_actors_get_their_own_frames():
+    config = image_config()
+    replay = R2D2Builder(config).make_replay()
+    streams = [Stream(config, replay, s) for s in (0, 1)]
+    for lengths in zip(EPISODES, reversed(EPISODES), strict=True):
+        for stream, length in zip(streams, lengths, strict=True):
+            stream.play([length], truncate=False)
+    reference = streams[0].reference | streams[1].reference
+    for key, window in sample_all(replay):
+        np.testing.assert_array_equal(window, reference[key])
+
+
+def test_a_sequence_with_an_overwritten_frame_is_never_sampled():
+    config = image_config()
+    layout = R2D2Builder(config).layout
+    # room for many sequences but few frames: frames go before their sequences do
+    replay = SequenceReplay(layout, 64, 0.9, seed=0, frame_capacity=2 * layout.frames_per_sequence)
+    streams = [Stream(config, replay, s) for s in (0, 1)]
+    for length in EPISODES * 2:
+        for stream in streams:
+            stream.play([length], truncate=False)
+    stored = sum(s.stored for s in streams)
+    assert len(replay) < min(stored, replay.capacity)  # frames, not the ring, evicted some
+    reference = streams[0].reference | streams[1].reference
+    for key, window in sample_all(replay):
+        np.testing.assert_array_equal(window, reference[key])
+
+
+def test_priority_write_backs_of_evicted_sequences_are_skipped():
+    config = image_config()
+    layout = R2D2Builder(config).layout
+    replay = SequenceReplay(layout, 64, 0.9, seed=0, frame_capacity=2 * layout.frames_per_sequence)
+    stream = Stream(config, replay, 0)
+    stream.play([20], truncate=False)
+    keys, _, _ = replay.sample(64)
+    stream.play([20, 20], truncate=False)  # overwrites every frame of the first episode
+    assert replay.update_priorities(keys, np.ones(64)) == 0
+
+
+def test_default_frame_capacity_keeps_every_stored_sequences_frames():
+    config = image_config(memory_capacity=16)
+    replay = R2D2Builder(config).make_replay()
+    stream = Stream(config, replay, 0)
+    stream.play(EPISODES * 4, truncate=False)
+    assert replay.dropped == 0
+    assert len(replay) == 16  # the sequence ring, not the frames, decided what is stored
+
+
+def test_stacking_in_the_learner_graph_equals_the_numpy_reference():
+    rng = np.random.default_rng(0)
+    steps, stack = 6, 3
+    frames = rng.integers(0, 255, (2, steps + stack - 1, *FRAME)).astype(np.uint8)
+    obs_mask = np.ones((2, steps), np.float32)
+    obs_mask[0, 4:] = 0.0
+    got = stack_frames_in_graph(tf.constant(frames), tf.constant(obs_mask), steps, stack)
+    np.testing.assert_array_equal(got.numpy(), stack_frames(frames, obs_mask, stack))
+
+
+# ---------------------------------------------------------------- memory estimate ----
+@pytest.mark.parametrize(
+    "config",
+    [
+        image_config(),
+        image_config(input_type=InputType.COLOR, input_shape=(3, 3, 3), memory_capacity=50),
+        R2D2Config(input_shape=(4,), nb_actions=2, memory_capacity=100, batch_size=8),
+    ],
+    ids=["gray_uint8", "color_uint8", "values_float32"],
+)
+def test_the_estimate_is_what_the_replay_allocates(config):
+    assert estimate_replay_bytes(config) == R2D2Builder(config).make_replay().nbytes
+
+
+PAPER = R2D2Config(
+    input_shape=(84, 84), nb_actions=18, input_type=InputType.GRAY_2ch, input_sequence=4
+)
+
+
+def test_the_papers_replay_keeps_at_most_1_1_frames_per_env_step():
+    layout = SequenceLayout.from_config(PAPER, np.uint8)
+    frames = default_frame_capacity(layout, PAPER.memory_capacity)
+    env_steps = PAPER.memory_capacity * PAPER.period  # 100k sequences x 40 new steps
+    assert frames / env_steps <= 1.1
+
+
+def test_the_papers_replay_fits_in_31_gb_as_uint8():
+    assert estimate_replay_bytes(PAPER) <= 31e9
+
+
+def test_the_largest_capacity_for_a_budget_fits_and_one_more_does_not():
+    budget = 2**30
+    capacity = largest_memory_capacity(PAPER, budget)
+    assert estimate_replay_bytes(PAPER.replace(memory_capacity=capacity)) <= budget
+    assert estimate_replay_bytes(PAPER.replace(memory_capacity=capacity + 1)) > budget
+
+
+TOO_BIG = PAPER.replace(memory_capacity=1_000_000)  # about 297 GB
+
+
+def test_the_agent_refuses_a_replay_larger_than_the_machine_naming_memory_capacity():
+    with pytest.raises(ValueError, match=r"memory_capacity=1000000 .* GiB .* available"):
+        R2D2Agent(TOO_BIG)
+
+
+def _atari_shaped_env() -> gym.Env:
+    env = gym.make("CartPole-v1")
+    env.observation_space = gym.spaces.Box(0, 255, (84, 84), np.uint8)
+    env.action_space = gym.spaces.Discrete(18)
+    return env
+
+
+def test_the_manager_refuses_a_replay_larger_than_the_machine_before_any_child():
+    import multiprocessing
+
+    with pytest.raises(ValueError, match=r"memory_capacity=1000000 .* GiB .* available"):
+        R2D2Manager(functools.partial(_atari_shaped_env), TOO_BIG, actor_num=1)
+    assert multiprocessing.active_children() == []
+
+
+def test_frame_ids_that_wrap_around_2_31_still_name_the_right_frames():
+    config = image_config()
+    replay = R2D2Builder(config).make_replay()
+    stream = Stream(config, replay, 0)
+    stream.actor.adder._next_id = 2**31 - 25  # the adder's ids wrap within the first episodes
+    stream.play(EPISODES, truncate=False)
+    for key, window in sample_all(replay):
+        np.testing.assert_array_equal(window, stream.reference[key])
