@@ -37,6 +37,7 @@ from r2d2_agent.distributed.messages import Experience
 from r2d2_agent.presets import cartpole_config
 from r2d2_agent.replay import (
     PrioritizedSequenceReplay,
+    default_frame_capacity,
     estimate_replay_bytes,
     stack_frames,
 )
@@ -125,16 +126,23 @@ def bench(name: str, config: R2D2Config, frames: np.ndarray, episode: int, repea
     wire_old = sum(len(pickle.dumps(item, pickle.HIGHEST_PROTOCOL)) for item in old_items)
 
     new = builder.make_replay()
+    packed = R2D2Builder(config.replace(frame_compression="zstd")).make_replay()
     old_spec = {k: ((v.shape), v.dtype) for k, v in old_items[0]["sequence"].items()}
     old = PrioritizedSequenceReplay(config.memory_capacity, old_spec, 0.9, seed=0)
-    new_add, old_add = [], []
+    new_add, old_add, packed_add = [], [], []
     for item, previous in zip(items, old_items, strict=True):
         start = time.perf_counter()
         new.add(item.record, 0)
         new_add.append(time.perf_counter() - start)
         start = time.perf_counter()
+        packed.add(item.record, 0)
+        packed_add.append(time.perf_counter() - start)
+        start = time.perf_counter()
         old.add(previous["sequence"], previous["priority"])
         old_add.append(time.perf_counter() - start)
+    raw_frame_bytes = packed.frames_stored * builder.layout.frame_nbytes
+    block_bytes = packed.frame_store_bytes
+    ratio = raw_frame_bytes / block_bytes
     old_bytes = sum(old.column(k).nbytes for k in old_spec)
     steps_per_sequence = steps / len(items)
     capacity_steps = config.memory_capacity * steps_per_sequence
@@ -161,13 +169,30 @@ def bench(name: str, config: R2D2Config, frames: np.ndarray, episode: int, repea
         "add_ms_per_sequence": {
             "old": round(statistics.median(old_add) * 1e3, 4),
             "new": round(statistics.median(new_add) * 1e3, 4),
+            "new_zstd": round(statistics.median(packed_add) * 1e3, 4),
         },
         "sample_ms_per_batch": {
             "batch": config.batch_size,
             "old": median_ms(lambda: old.sample(config.batch_size), repeats),
             "new": median_ms(lambda: new.sample(config.batch_size), repeats),
+            "new_zstd": median_ms(lambda: packed.sample(config.batch_size), repeats),
+        },
+        "zstd": {
+            "frames": packed.frames_stored,
+            "compression_ratio": round(ratio, 1),
+            "paper_replay_gb_at_this_ratio": round(paper_replay_bytes(ratio) / 1e9, 2),
         },
     }
+
+
+def paper_replay_bytes(ratio: float) -> float:
+    """The paper's 100,000-sequence Atari replay with frames compressed `ratio` times."""
+    paper = atari_config(100_000)
+    raw = estimate_replay_bytes(paper)
+    layout = R2D2Builder(paper).layout
+    frames = (default_frame_capacity(layout, paper.memory_capacity) + 1) * layout.frame_nbytes
+    index = default_frame_capacity(layout, paper.memory_capacity) * 12
+    return raw - frames + frames / ratio + index
 
 
 def main() -> None:

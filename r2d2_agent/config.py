@@ -107,6 +107,13 @@ class R2D2Config:
     """Sequences per learner update (a batch of sequences)."""
     memory_capacity: int = 100_000
     """Replay capacity, in sequences."""
+    frame_compression: str | None = None
+    """None stores replay frames raw; "zstd" compresses each sequence's new frames together
+    (zstandard level 1; `pip install 'r2d2-agent[zstd]'`), for image inputs."""
+    frame_compression_ratio: float = 10.0
+    """With `frame_compression`, the ratio (raw / compressed, dimensionless) the frame store
+    is sized for: it takes at most the raw frames' size over this, and when frames compress
+    worse the oldest leave early (with their sequences), so memory stays as estimated."""
     memory_warmup: int | None = None
     """Sequences in replay before the first learner update; None means batch_size."""
     priority_exponent: float = 0.9
@@ -204,6 +211,15 @@ class R2D2Config:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
         if self.clipnorm is not None and not (self.clipnorm > 0):
             raise ValueError(f"clipnorm must be > 0 or None, got {self.clipnorm!r}")
+        if self.frame_compression not in (None, "zstd"):
+            raise ValueError(
+                f'frame_compression must be None or "zstd", got {self.frame_compression!r}'
+            )
+        _check_range("frame_compression_ratio", self.frame_compression_ratio, 0.0, math.inf)
+        if not self.frame_compression_ratio >= 1:
+            raise ValueError(
+                f"frame_compression_ratio must be >= 1, got {self.frame_compression_ratio!r}"
+            )
         if self.loss not in ("huber", "mse"):
             raise ValueError(f'loss must be "huber" or "mse", got {self.loss!r}')
         if self.seed is not None:

@@ -23,6 +23,7 @@ from r2d2_agent.replay import (
     largest_memory_capacity,
     stack_frames,
 )
+from r2d2_agent.replay.frame_store import CompressedFrameStore
 from r2d2_agent.roles import R2D2Builder
 from r2d2_agent.roles.learner import stack_frames_in_graph
 
@@ -133,9 +134,13 @@ def sample_all(replay: SequenceReplay) -> list[tuple[int, np.ndarray]]:
 EPISODES = [1, 2, 4, 7, 9, 13, 6, 3, 20, 5]  # shorter and longer than a sequence (T = 9)
 
 
+COMPRESSION = pytest.mark.parametrize("compression", [None, "zstd"], ids=["raw", "zstd"])
+
+
+@COMPRESSION
 @pytest.mark.parametrize("truncate", [False, True], ids=["terminated", "truncated"])
-def test_sampled_windows_equal_the_actors_stacks(truncate):
-    config = image_config()
+def test_sampled_windows_equal_the_actors_stacks(truncate, compression):
+    config = image_config(frame_compression=compression)
     replay = R2D2Builder(config).make_replay()
     stream = Stream(config, replay, 0)
     stream.play(EPISODES, truncate)
@@ -143,10 +148,18 @@ def test_sampled_windows_equal_the_actors_stacks(truncate):
         np.testing.assert_array_equal(window, stream.reference[key], err_msg=f"key {key}")
 
 
-def test_sampled_windows_stay_exact_when_the_frame_store_wraps_around():
+@COMPRESSION
+def test_sampled_windows_stay_exact_when_the_frame_store_wraps_around(compression):
     config = image_config()
     layout = R2D2Builder(config).layout
-    replay = SequenceReplay(layout, 16, 0.9, seed=0, frame_capacity=3 * layout.frames_per_sequence)
+    replay = SequenceReplay(
+        layout,
+        16,
+        0.9,
+        seed=0,
+        frame_capacity=3 * layout.frames_per_sequence,
+        compression=compression,
+    )
     stream = Stream(config, replay, 0)
     stream.play(EPISODES * 3, truncate=False)
     assert stream.frame_count > 3 * replay.frame_capacity  # wrapped several times
@@ -154,8 +167,9 @@ def test_sampled_windows_stay_exact_when_the_frame_store_wraps_around():
         np.testing.assert_array_equal(window, stream.reference[key])
 
 
-def test_two_interleaving_actors_get_their_own_frames():
-    config = image_config()
+@COMPRESSION
+def test_two_interleaving_actors_get_their_own_frames(compression):
+    config = image_config(frame_compression=compression)
     replay = R2D2Builder(config).make_replay()
     streams = [Stream(config, replay, s) for s in (0, 1)]
     for lengths in zip(EPISODES, reversed(EPISODES), strict=True):
@@ -166,11 +180,19 @@ def test_two_interleaving_actors_get_their_own_frames():
         np.testing.assert_array_equal(window, reference[key])
 
 
-def test_a_sequence_with_an_overwritten_frame_is_never_sampled():
+@COMPRESSION
+def test_a_sequence_with_an_overwritten_frame_is_never_sampled(compression):
     config = image_config()
     layout = R2D2Builder(config).layout
     # room for many sequences but few frames: frames go before their sequences do
-    replay = SequenceReplay(layout, 64, 0.9, seed=0, frame_capacity=2 * layout.frames_per_sequence)
+    replay = SequenceReplay(
+        layout,
+        64,
+        0.9,
+        seed=0,
+        frame_capacity=2 * layout.frames_per_sequence,
+        compression=compression,
+    )
     streams = [Stream(config, replay, s) for s in (0, 1)]
     for length in EPISODES * 2:
         for stream in streams:
@@ -280,3 +302,63 @@ def test_frame_ids_that_wrap_around_2_31_still_name_the_right_frames():
     stream.play(EPISODES, truncate=False)
     for key, window in sample_all(replay):
         np.testing.assert_array_equal(window, stream.reference[key])
+
+
+def test_compressed_frames_over_their_byte_budget_leave_early_with_their_sequences():
+    """Sized for 1000x compression, the counter frames (about 9 bytes each compressed,
+    per block) do not fit: the oldest blocks go before the frame ring is full, their
+    sequences are invalidated, and every sampled window is still exact."""
+    config = image_config()
+    layout = R2D2Builder(config).layout
+    replay = SequenceReplay(layout, 64, 0.9, seed=0, compression="zstd", compression_ratio=1000)
+    stream = Stream(config, replay, 0)
+    stream.play(EPISODES * 2, truncate=False)
+    assert replay.frames_stored < min(stream.frame_count, replay.frame_capacity)
+    assert replay.nbytes <= estimate_replay_bytes(
+        config.replace(frame_compression="zstd", frame_compression_ratio=1000)
+    )
+    for key, window in sample_all(replay):
+        np.testing.assert_array_equal(window, stream.reference[key])
+
+
+def test_compressed_replay_never_holds_more_than_its_estimate():
+    config = image_config(frame_compression="zstd", memory_capacity=16)
+    replay = R2D2Builder(config).make_replay()
+    stream = Stream(config, replay, 0)
+    stream.play(EPISODES * 4, truncate=False)
+    assert 0 < replay.nbytes <= estimate_replay_bytes(config)
+
+
+def _screens(count: int) -> np.ndarray:
+    """84x84 frames that change little from step to step, as game screens do."""
+    frames = np.zeros((count, 84, 84), np.uint8)
+    frames[:, 40:44, :] = 120
+    frames[np.arange(count), 10, np.arange(count)] = 255  # a moving dot
+    return frames
+
+
+def test_compressed_blocks_of_screens_take_a_tenth_of_their_raw_size():
+    store = CompressedFrameStore((84, 84), np.uint8, capacity=100, byte_budget=10**6)
+    store.store(_screens(60))
+    assert store.nbytes * 10 < 60 * 84 * 84
+
+
+def test_compressed_store_gives_back_the_frames_it_was_given():
+    store = CompressedFrameStore((84, 84), np.uint8, capacity=100, byte_budget=10**6)
+    screens = _screens(60)
+    first = store.store(screens[:25])
+    second = store.store(screens[25:])
+    numbers = np.array([[second[3], -1, first[0]], [first[24], second[0], second[-1]]])
+    got = store.gather(numbers)
+    want = np.stack(
+        [
+            [screens[28], np.zeros((84, 84), np.uint8), screens[0]],
+            [screens[24], screens[25], screens[59]],
+        ]
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+def test_an_unknown_compression_is_refused_naming_it():
+    with pytest.raises(ValueError, match="frame_compression"):
+        image_config(frame_compression="lz5")

@@ -27,6 +27,7 @@ import logging
 import numpy as np
 
 from r2d2_agent.replay.adder import SequenceRecord
+from r2d2_agent.replay.frame_store import CompressedFrameStore, RawFrameStore
 from r2d2_agent.replay.layout import SequenceLayout
 from r2d2_agent.replay.prioritized import PrioritizedSequenceReplay
 
@@ -47,6 +48,29 @@ def default_frame_capacity(layout: SequenceLayout, capacity: int) -> int:
     every stored sequence's frames in place in steady state.
     """
     return capacity * (layout.period + 1) + 16 * layout.frames_per_sequence
+
+
+def make_frame_store(
+    layout: SequenceLayout, frame_capacity: int, compression: str | None, ratio: float
+) -> RawFrameStore | CompressedFrameStore:
+    """The frame store a replay uses: raw, or zstd-compressed within a byte budget.
+
+    Raises:
+        ValueError: On an unknown compression or a ratio that is not > 0.
+    """
+    if compression is None:
+        return RawFrameStore(layout.frame_shape, layout.frame_dtype, frame_capacity)
+    if compression != "zstd":
+        raise ValueError(f'compression must be None or "zstd", got {compression!r}')
+    if not ratio > 0:
+        raise ValueError(f"compression_ratio must be > 0, got {ratio!r}")
+    budget = compressed_budget(layout, frame_capacity, ratio)
+    return CompressedFrameStore(layout.frame_shape, layout.frame_dtype, frame_capacity, budget)
+
+
+def compressed_budget(layout: SequenceLayout, frame_capacity: int, ratio: float) -> int:
+    """Bytes the compressed blocks of a store may take: the raw frames over `ratio`."""
+    return int(frame_capacity * layout.frame_nbytes / ratio)
 
 
 class _StreamIds:
@@ -78,10 +102,15 @@ class SequenceReplay:
         priority_exponent: `alpha` >= 0 of proportional prioritized sampling.
         seed: Seed of the sampling randomness.
         frame_capacity: Frames stored; `default_frame_capacity(layout, capacity)` when None.
+        compression: None keeps frames raw; "zstd" compresses each record's new frames
+            together (`CompressedFrameStore`, needs the zstandard package).
+        compression_ratio: With compression, the store may take the raw size of
+            `frame_capacity` frames divided by this; frames that compress worse leave early.
 
     Raises:
-        ValueError: On an invalid capacity or exponent, or a frame capacity too small to
-            hold two sequences' frames.
+        ValueError: On an invalid capacity or exponent, an unknown compression, or a frame
+            capacity too small to hold two sequences' frames.
+        ImportError: For "zstd" without the zstandard package.
     """
 
     def __init__(
@@ -91,6 +120,8 @@ class SequenceReplay:
         priority_exponent: float,
         seed: int | None = None,
         frame_capacity: int | None = None,
+        compression: str | None = None,
+        compression_ratio: float = 10.0,
     ) -> None:
         self.layout = layout
         spec = dict(layout.field_spec())
@@ -105,19 +136,17 @@ class SequenceReplay:
                 f"{2 * layout.frames_per_sequence} frames of two sequences"
             )
         self.frame_capacity = int(frame_capacity)
-        # The extra last row is the zero frame that frame id -1 reads.
-        self._frames = np.zeros((self.frame_capacity + 1, *layout.frame_shape), layout.frame_dtype)
-        self._next_number = 0  # number of the next frame stored
+        self._frames = make_frame_store(layout, self.frame_capacity, compression, compression_ratio)
         self._streams: dict[int, _StreamIds] = {}
         self._oldest_live = _NO_FRAME  # lower bound of the live sequences' oldest frames
         self.dropped = 0
         """Sequences refused because one of their frames was already overwritten."""
         logger.debug(
-            "SequenceReplay: %d sequences, %d frames of %d bytes (%.1f MiB of frames)",
+            "SequenceReplay: %d sequences, %d frames of %d bytes (compression %s)",
             capacity,
             self.frame_capacity,
             layout.frame_nbytes,
-            self._frames.nbytes / 2**20,
+            compression,
         )
 
     @property
@@ -127,13 +156,19 @@ class SequenceReplay:
 
     @property
     def frames_stored(self) -> int:
-        """Frames currently held (at most `frame_capacity`)."""
-        return min(self._next_number, self.frame_capacity)
+        """Frames currently held."""
+        return self._frames.next_number - self._frames.oldest_kept
+
+    @property
+    def frame_store_bytes(self) -> int:
+        """Bytes the frame store holds (raw: allocated; compressed: blocks and index)."""
+        return self._frames.nbytes
 
     @property
     def nbytes(self) -> int:
-        """Bytes allocated for frames, sequence fields and priorities (at full capacity;
-        pages not yet written are not resident)."""
+        """Bytes held for frames, sequence fields and priorities (raw frames: allocated at
+        full capacity, pages not yet written are not resident; compressed: the blocks
+        held now)."""
         return self._frames.nbytes + self._sequences.nbytes
 
     def __len__(self) -> int:
@@ -170,7 +205,7 @@ class SequenceReplay:
         numbers = np.where(local >= 0, ids.get(np.maximum(local, 0)), -1)
         real = numbers[local >= 0]
         oldest = int(real.min()) if real.size else _NO_FRAME
-        if real.size and (oldest < self._next_number - self.frame_capacity or (real < 0).any()):
+        if real.size and (oldest < self._frames.oldest_kept or (real < 0).any()):
             self.dropped += 1
             logger.warning("dropping a sequence whose frames were already overwritten")
             return None
@@ -188,13 +223,9 @@ class SequenceReplay:
         return ids
 
     def _store_frames(self, frames: np.ndarray) -> np.ndarray:
-        """Writes frames to the ring; returns their numbers; invalidates what they evict."""
-        count = len(frames)
-        numbers = self._next_number + np.arange(count, dtype=np.int64)
-        kept = slice(max(0, count - self.frame_capacity), count)
-        self._frames[numbers[kept] % self.frame_capacity] = frames[kept]
-        self._next_number += count
-        self._evict(self._next_number - self.frame_capacity)
+        """Keeps frames; returns their numbers; invalidates the sequences they evict."""
+        numbers = self._frames.store(frames)
+        self._evict(self._frames.oldest_kept)
         return numbers
 
     def _evict(self, oldest_kept: int) -> None:
@@ -223,8 +254,7 @@ class SequenceReplay:
         keys, batch, probabilities = self._sequences.sample(batch_size)
         numbers = batch.pop("frame_ids")
         del batch["oldest_frame"]
-        rows = np.where(numbers >= 0, numbers % self.frame_capacity, self.frame_capacity)
-        batch["frames"] = self._frames[rows]
+        batch["frames"] = self._frames.gather(numbers)
         return keys, batch, probabilities
 
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from r2d2_agent.config import R2D2Config
+from r2d2_agent.replay.frame_store import CompressedFrameStore, RawFrameStore, zstd_module
 from r2d2_agent.replay.layout import SequenceLayout
-from r2d2_agent.replay.sequence_replay import default_frame_capacity
+from r2d2_agent.replay.sequence_replay import compressed_budget, default_frame_capacity
 
 __all__ = [
     "available_memory_bytes",
@@ -55,8 +56,15 @@ def _tree_bytes(capacity: int) -> int:
     return 2 * leaves * 8 + capacity * 8 + capacity * 8 + capacity
 
 
-def _replay_bytes(layout: SequenceLayout, capacity: int) -> int:
-    frames = (default_frame_capacity(layout, capacity) + 1) * layout.frame_nbytes
+def _replay_bytes(layout: SequenceLayout, capacity: int, config: R2D2Config) -> int:
+    frame_capacity = default_frame_capacity(layout, capacity)
+    if config.frame_compression is None:
+        frames = RawFrameStore.budget_bytes(layout.frame_nbytes, frame_capacity)
+    else:
+        budget = compressed_budget(layout, frame_capacity, config.frame_compression_ratio)
+        frames = CompressedFrameStore.budget_bytes(
+            budget, frame_capacity, layout.frames_per_sequence, layout.frame_nbytes
+        )
     return frames + capacity * _sequence_bytes(layout) + _tree_bytes(capacity)
 
 
@@ -69,10 +77,11 @@ def estimate_replay_bytes(config: R2D2Config, observation_dtype: Any = None) -> 
             when None.
 
     Returns:
-        Frames (`default_frame_capacity` + one zero frame) + sequence fields + sum tree.
+        Frames (`default_frame_capacity` of them and a zero frame; with compression the
+        byte budget of the compressed blocks and their index) + sequence fields + sum tree.
     """
     layout = SequenceLayout.from_config(config, storage_dtype(config, observation_dtype))
-    return _replay_bytes(layout, config.memory_capacity)
+    return _replay_bytes(layout, config.memory_capacity, config)
 
 
 def available_memory_bytes() -> int | None:
@@ -107,7 +116,10 @@ def check_replay_fits(
     Raises:
         ValueError: If the estimate exceeds the available memory; the message names
             `memory_capacity`, the estimate and the available memory.
+        ImportError: For `frame_compression="zstd"` without the zstandard package.
     """
+    if config.frame_compression == "zstd":
+        zstd_module()  # a missing codec fails here, before anything starts
     estimate = estimate_replay_bytes(config, observation_dtype)
     if available is None:
         available = available_memory_bytes()
@@ -136,13 +148,13 @@ def largest_memory_capacity(
     """The largest `memory_capacity` whose replay fits in `budget_bytes` (0 if none)."""
     layout = SequenceLayout.from_config(config, storage_dtype(config, observation_dtype))
     low, high = 0, 1
-    while _replay_bytes(layout, high) <= budget_bytes:
+    while _replay_bytes(layout, high, config) <= budget_bytes:
         low, high = high, high * 2
         if high > 1 << 40:
             return low
     while high - low > 1:  # the estimate grows with the capacity: bisect
         middle = (low + high) // 2
-        if _replay_bytes(layout, middle) <= budget_bytes:
+        if _replay_bytes(layout, middle, config) <= budget_bytes:
             low = middle
         else:
             high = middle

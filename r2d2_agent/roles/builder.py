@@ -130,6 +130,8 @@ class R2D2Builder:
             self.config.memory_capacity,
             self.config.priority_exponent,
             seed=self.config.seed,
+            compression=self.config.frame_compression,
+            compression_ratio=self.config.frame_compression_ratio,
         )
 
     def make_optimizer(self) -> Any:
