@@ -82,6 +82,9 @@ class R2D2Config:
     [0, 1]). Ignored for `InputType.VALUES`."""
     lstm_units: int = 512
     """LSTM width, in units; 0 means no LSTM (a plain feed-forward DQN head)."""
+    enable_prev_action_reward: bool = False
+    """Switch: feed the previous action (one-hot) and the previous reward into the LSTM
+    beside the encoder's features, as the paper does (needs an LSTM)."""
     dense_units: int = 512
     """Width, in units, of the dense layer before the LSTM (VALUES input) and of the
     dueling streams."""
@@ -211,6 +214,11 @@ class R2D2Config:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
         if self.clipnorm is not None and not (self.clipnorm > 0):
             raise ValueError(f"clipnorm must be > 0 or None, got {self.clipnorm!r}")
+        if self.enable_prev_action_reward and not self.enable_lstm:
+            raise ValueError(
+                "enable_prev_action_reward=True needs an LSTM (lstm_units > 0), got "
+                f"lstm_units={self.lstm_units!r}"
+            )
         if self.frame_compression not in (None, "zstd"):
             raise ValueError(
                 f'frame_compression must be None or "zstd", got {self.frame_compression!r}'

@@ -41,6 +41,29 @@ class DuelingCombine(keras.layers.Layer):
         return value + advantage - tf.reduce_mean(advantage, axis=-1, keepdims=True)
 
 
+class PrevActionReward(keras.layers.Layer):
+    """The LSTM's input with the previous action and reward: `[features, one_hot(a),
+    r]` on the last axis. Action -1 (no previous action: an episode's first step, and
+    padding) gives a zero one-hot.
+
+    Args:
+        nb_actions: Number of actions (the one-hot's width).
+    """
+
+    def __init__(self, nb_actions: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.nb_actions = nb_actions
+
+    def call(self, inputs: list[Any]) -> Any:
+        features, prev_action, prev_reward = inputs
+        one_hot = tf.one_hot(tf.cast(prev_action, tf.int32), self.nb_actions)
+        reward = tf.cast(prev_reward, features.dtype)[..., None]
+        return tf.concat([features, one_hot, reward], axis=-1)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "nb_actions": self.nb_actions}
+
+
 def _frames_to_image(x: Any, config: R2D2Config, with_time: bool) -> Any:
     """Scales stacked frames (S, H, W[, C]) by `config.image_scale` (uint8 pixels to
     [0, 1]) and reorders them into one image (H, W, channels).
@@ -123,8 +146,17 @@ def build_model(
     lstm = keras.layers.LSTM(
         config.lstm_units, return_sequences=True, return_state=True, name="lstm"
     )
-    out, h, c = lstm(encoder(obs), initial_state=[h_in, c_in], mask=mask)
-    return keras.Model([obs, mask, h_in, c_in], [head(out), h, c], name=name)
+    if not config.enable_prev_action_reward:
+        out, h, c = lstm(encoder(obs), initial_state=[h_in, c_in], mask=mask)
+        return keras.Model([obs, mask, h_in, c_in], [head(out), h, c], name=name)
+    prev_action = keras.Input(shape=(None,), dtype="int32", name="prev_action")
+    prev_reward = keras.Input(shape=(None,), name="prev_reward")
+    lstm_in = PrevActionReward(config.nb_actions, name="prev_action_reward")(
+        [encoder(obs), prev_action, prev_reward]
+    )
+    out, h, c = lstm(lstm_in, initial_state=[h_in, c_in], mask=mask)
+    inputs = [obs, prev_action, prev_reward, mask, h_in, c_in]
+    return keras.Model(inputs, [head(out), h, c], name=name)
 
 
 class R2D2Network:
@@ -144,29 +176,48 @@ class R2D2Network:
         self.encoder = self.model.get_layer("encoder")
         self.head = self.model.get_layer("head")
         self.lstm = self.model.get_layer("lstm") if config.enable_lstm else None
+        self.prev_action_reward = (
+            self.model.get_layer("prev_action_reward") if config.enable_prev_action_reward else None
+        )
 
-    def unroll(self, obs: Any, state: State, mask: Any = None) -> tuple[Any, State]:
+    def unroll(
+        self,
+        obs: Any,
+        state: State,
+        mask: Any = None,
+        prev_action: Any = None,
+        prev_reward: Any = None,
+    ) -> tuple[Any, State]:
         """Runs the network over a batch of sequences.
 
         Args:
             obs: (batch, time, input_sequence, *frame) tensor.
             state: (h, c), each (batch, lstm_units); ignored without LSTM.
             mask: Optional (batch, time) bool; False steps keep the recurrent state.
+            prev_action: (batch, time) int, the action before each step (-1: none); needed
+                with `enable_prev_action_reward`, ignored otherwise.
+            prev_reward: (batch, time) float, the reward before each step; likewise.
 
         Returns:
             (q, state): Q-values (batch, time, nb_actions) and the final (h, c).
         """
         if not self.config.enable_lstm:
             return self.model(obs), state
+        with_prev = self.config.enable_prev_action_reward
+        if with_prev and (prev_action is None or prev_reward is None):
+            raise ValueError("enable_prev_action_reward needs prev_action and prev_reward")
         steps = obs.shape[1]
         if steps is None or steps > MAX_STATIC_UNROLL:
             if mask is None:
                 mask = tf.ones(tf.shape(obs)[:2], dtype=tf.bool)
-            q, h, c = self.model([obs, mask, state[0], state[1]])
+            extra = [prev_action, prev_reward] if with_prev else []
+            q, h, c = self.model([obs, *extra, mask, state[0], state[1]])
             return q, (h, c)
         # Short sequences of known length: unroll the LSTM cell in the graph. On CPU this
         # is much faster than the layer's while-loop (see benchmarks/RESULTS.md).
         features = self.encoder(obs)
+        if with_prev:
+            features = self.prev_action_reward([features, prev_action, prev_reward])
         h, c = (tf.convert_to_tensor(s, tf.float32) for s in state)
         outputs = []
         for t in range(steps):

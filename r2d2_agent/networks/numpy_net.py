@@ -42,8 +42,9 @@ def weight_layout(config: R2D2Config) -> list[tuple[str, tuple[int, ...]]]:
     width = d
     if config.enable_lstm:
         u = config.lstm_units
+        lstm_in = d + (a + 1 if config.enable_prev_action_reward else 0)
         layout += [
-            ("lstm/kernel", (d, 4 * u)),
+            ("lstm/kernel", (lstm_in, 4 * u)),
             ("lstm/recurrent_kernel", (u, 4 * u)),
             ("lstm/bias", (4 * u,)),
         ]
@@ -97,12 +98,21 @@ class NumpyNetwork:
                 raise ValueError(f"weight {name}: expected shape {shape}, got {array.shape}")
             self.w[name] = np.asarray(array, dtype=np.float32)
 
-    def step(self, obs: np.ndarray, state: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def step(
+        self,
+        obs: np.ndarray,
+        state: np.ndarray | None,
+        prev_action: np.ndarray | None = None,
+        prev_reward: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """One time step for a batch.
 
         Args:
             obs: (batch, input_sequence, *frame) stacked frames.
             state: (batch, 2, lstm_units) recurrent state (ignored without LSTM).
+            prev_action: (batch,) int, the previous action (-1: none); needed with
+                `enable_prev_action_reward`.
+            prev_reward: (batch,) float, the previous reward; likewise.
 
         Returns:
             (q, state): Q-values (batch, nb_actions) and the next state.
@@ -110,6 +120,11 @@ class NumpyNetwork:
         w = self.w
         x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         x = np.maximum(x @ w["encoder_dense/kernel"] + w["encoder_dense/bias"], 0.0)
+        if self.config.enable_prev_action_reward:
+            actions = np.asarray(prev_action).reshape(len(x))
+            one_hot = (actions[:, None] == np.arange(self.config.nb_actions)).astype(np.float32)
+            reward = np.asarray(prev_reward, dtype=np.float32).reshape(len(x), 1)
+            x = np.concatenate([x, one_hot, reward], axis=-1)
         if self.config.enable_lstm:
             h, c = state[:, 0], state[:, 1]
             z = x @ w["lstm/kernel"] + h @ w["lstm/recurrent_kernel"] + w["lstm/bias"]

@@ -20,12 +20,21 @@ __all__ = ["KerasPolicy", "Policy"]
 class Policy(Protocol):
     """One-step Q-network with carried state, numpy in and numpy out."""
 
-    def step(self, obs: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def step(
+        self,
+        obs: np.ndarray,
+        state: np.ndarray,
+        prev_action: np.ndarray | None = None,
+        prev_reward: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Runs one time step for a batch.
 
         Args:
             obs: `(batch, input_sequence, *frame)` stacked frames.
             state: `(batch, 2, lstm_units)` recurrent state (ignored without LSTM).
+            prev_action: `(batch,)` previous actions (-1: none), with
+                `enable_prev_action_reward` (the actor passes them only then).
+            prev_reward: `(batch,)` previous rewards, likewise.
 
         Returns:
             `(q, next_state)`: Q-values `(batch, nb_actions)` and the next state.
@@ -54,17 +63,40 @@ class KerasPolicy:
         spec = [
             tf.TensorSpec((None, *config.network_input_shape), tf.float32),
             tf.TensorSpec((None, 2, config.lstm_units), tf.float32),
+            tf.TensorSpec((None,), tf.int32),
+            tf.TensorSpec((None,), tf.float32),
         ]
 
-        def _step(obs: Any, state: Any) -> tuple[Any, Any]:
-            q, (h, c) = self.network.unroll(obs[:, None], (state[:, 0], state[:, 1]))
+        def _step(obs: Any, state: Any, prev_action: Any, prev_reward: Any) -> tuple[Any, Any]:
+            q, (h, c) = self.network.unroll(
+                obs[:, None],
+                (state[:, 0], state[:, 1]),
+                prev_action=prev_action[:, None],
+                prev_reward=prev_reward[:, None],
+            )
             return q[:, 0], tf.stack([h, c], axis=1)
 
         self._step = tf.function(_step, input_signature=spec)
 
-    def step(self, obs: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def step(
+        self,
+        obs: np.ndarray,
+        state: np.ndarray,
+        prev_action: np.ndarray | None = None,
+        prev_reward: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """See `Policy.step`."""
-        q, state = self._step(np.asarray(obs, np.float32), np.asarray(state, np.float32))
+        batch = len(obs)
+        if prev_action is None:
+            prev_action = np.full(batch, -1, np.int32)
+        if prev_reward is None:
+            prev_reward = np.zeros(batch, np.float32)
+        q, state = self._step(
+            np.asarray(obs, np.float32),
+            np.asarray(state, np.float32),
+            np.asarray(prev_action, np.int32).reshape(batch),
+            np.asarray(prev_reward, np.float32).reshape(batch),
+        )
         return q.numpy(), state.numpy()
 
     def set_weights(self, weights: list[np.ndarray]) -> None:

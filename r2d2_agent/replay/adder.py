@@ -220,7 +220,10 @@ class SequenceAdder:
                 break
             self._emit(self._next_start, None, False)
             self._next_start += self.layout.period
-            while self._base < self._next_start - self.layout.burnin:
+            # keep the steps of the next window's burn-in (and the one before it, whose
+            # action and reward its first observation may carry)
+            keep_from = self._next_start - self.layout.burnin - self.layout.prev_action_reward
+            while self._base < keep_from:
                 self._steps.popleft()
                 self._base += 1
 
@@ -264,6 +267,15 @@ class SequenceAdder:
         obs_steps = start - b + np.arange(layout.sequence_length)
         seq["obs_mask"][:] = (obs_steps >= 0) & (obs_steps <= last)
         seq["burnin_mask"][:] = np.arange(start - b, start) >= 0
+        if layout.prev_action_reward:
+            previous = [j - 1 for j in obs_steps]
+            real = [1 <= j <= last for j in obs_steps]
+            seq["prev_actions"][:] = [
+                steps[i - base].action if ok else -1 for i, ok in zip(previous, real, strict=True)
+            ]
+            seq["prev_rewards"][:] = [
+                steps[i - base].reward if ok else 0.0 for i, ok in zip(previous, real, strict=True)
+            ]
         seq["state"][:] = steps[max(start - b, 0) - base].state
         seg_end = start + length + n - 1 if end is None else min(start + length + n - 1, end)
         rewards = [steps[t - base].reward for t in range(start, seg_end)]

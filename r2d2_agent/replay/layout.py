@@ -38,6 +38,8 @@ class SequenceLayout:
         input_length: Trained steps per sequence, at least 1.
         multisteps: n of the n-step return, at least 1.
         period: Env steps between the starts of adjacent windows, in `[1, input_length]`.
+        prev_action_reward: Whether sequences carry each step's previous action and
+            reward (`R2D2Config.enable_prev_action_reward`).
 
     Raises:
         ValueError: On an invalid field; the message names it and its value.
@@ -51,6 +53,7 @@ class SequenceLayout:
     input_length: int
     multisteps: int
     period: int
+    prev_action_reward: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -106,6 +109,7 @@ class SequenceLayout:
             input_length=config.input_length,
             multisteps=config.multisteps,
             period=config.period,
+            prev_action_reward=config.enable_prev_action_reward,
         )
 
     @property
@@ -137,10 +141,20 @@ class SequenceLayout:
         * `actions` `(L,)` int32; `returns`, `bootstrap_discount` `(L,)` float32;
           `bootstrap_index` `(L,)` int32, index into the observations after the burn-in
           of the bootstrap observation; `mask` `(L,)` float32, 1 for real steps.
+        * with `prev_action_reward`: `prev_actions` `(T,)` int32, the action before each
+          observation (-1 where there is none: an episode's first step, padding), and
+          `prev_rewards` `(T,)` float32, the reward that came with it (0 where none).
         """
         f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
         length = self.input_length
+        extra = {}
+        if self.prev_action_reward:
+            extra = {
+                "prev_actions": ((self.sequence_length,), i32),
+                "prev_rewards": ((self.sequence_length,), f32),
+            }
         return {
+            **extra,
             "frame_ids": ((self.frames_per_sequence,), i32),
             "obs_mask": ((self.sequence_length,), f32),
             "burnin_mask": ((self.burnin,), f32),

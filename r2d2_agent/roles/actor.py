@@ -54,6 +54,8 @@ class R2D2Actor:
         )
         self._state = np.zeros((1, 2, config.state_size), np.float32)
         self._last: tuple[np.ndarray, np.ndarray] | None = None  # (state before, Q) of s_t
+        self._prev_action = -1  # the action before the current step (-1: none yet)
+        self._prev_reward = 0.0
         self.episode_started = False
 
     # Acme-style interface -------------------------------------------------------------
@@ -67,6 +69,8 @@ class R2D2Actor:
         self._frames.append(frame)
         self._state = np.zeros_like(self._state)
         self._last = None
+        self._prev_action = -1
+        self._prev_reward = 0.0
         self.episode_started = True
         if self.adder is not None:
             self.adder.reset()
@@ -76,7 +80,7 @@ class R2D2Actor:
         """ε-greedy action for the current observation; advances the recurrent state."""
         if not self.episode_started:
             raise RuntimeError("call observe_first(observation) before select_action()")
-        q, next_state = self.policy.step(self.stacked_observation()[None], self._state)
+        q, next_state = self._policy_step(self.stacked_observation())
         self._last = (self._state[0], q[0])
         self._state = next_state
         if self.epsilon > 0.0 and self._rng.random() < self.epsilon:
@@ -93,10 +97,12 @@ class R2D2Actor:
         self._frames.append(frame)
         state_before, q = self._last
         self._last = None
+        self._prev_action = int(action)
+        self._prev_reward = float(reward)
         if self.adder is not None:
             next_q = None
             if truncated and not terminated:  # bootstrap value for the initial priority
-                next_q = self.policy.step(self.stacked_observation()[None], self._state)[0][0]
+                next_q = self._policy_step(self.stacked_observation())[0][0]
             self.adder.add(
                 action,
                 float(reward),
@@ -115,6 +121,18 @@ class R2D2Actor:
         self.policy.set_weights(weights)
 
     # Helpers ----------------------------------------------------------------------------
+
+    def _policy_step(self, stacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One policy step from the current state (with the previous action and reward
+        when the network takes them)."""
+        if not self.config.enable_prev_action_reward:
+            return self.policy.step(stacked[None], self._state)
+        return self.policy.step(
+            stacked[None],
+            self._state,
+            np.array([self._prev_action], np.int32),
+            np.array([self._prev_reward], np.float32),
+        )
 
     def stacked_observation(self) -> np.ndarray:
         """The current network input, shape (input_sequence, *frame)."""
@@ -137,7 +155,7 @@ class R2D2Actor:
                 else [np.zeros_like(frame)] * (self.config.input_sequence - 1)
             )
             stacked = np.stack([*previous, frame])
-        q, _ = self.policy.step(stacked[None], self._state)
+        q, _ = self._policy_step(stacked)
         return q[0]
 
     def reset_state(self) -> None:
@@ -145,6 +163,8 @@ class R2D2Actor:
         self._frames.clear()
         self._state = np.zeros_like(self._state)
         self._last = None
+        self._prev_action = -1
+        self._prev_reward = 0.0
         self.episode_started = False
         if self.adder is not None:
             self.adder.reset()

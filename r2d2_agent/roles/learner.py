@@ -114,18 +114,7 @@ class R2D2Learner:
             )
         keys, batch, probabilities = self.replay.sample(self.config.batch_size)
         weights = importance_weights(probabilities, len(self.replay), self.beta)
-        loss, priorities, mean_q = self._train(
-            batch["frames"],
-            batch["obs_mask"],
-            batch["burnin_mask"],
-            batch["state"],
-            batch["actions"],
-            batch["returns"],
-            batch["bootstrap_discount"],
-            batch["bootstrap_index"],
-            batch["mask"],
-            weights.astype(np.float32),
-        )
+        loss, priorities, mean_q = self._train(batch, weights.astype(np.float32))
         priorities = priorities.numpy()
         self.replay.update_priorities(keys, priorities)
         self.updates += 1
@@ -143,51 +132,53 @@ class R2D2Learner:
         for target, online in pairs:
             target.assign(online)
 
-    def _train_graph(
-        self,
-        frames: Any,
-        obs_mask: Any,
-        burnin_mask: Any,
-        state: Any,
-        actions: Any,
-        returns: Any,
-        bootstrap_discount: Any,
-        bootstrap_index: Any,
-        mask: Any,
-        weights: Any,
-    ) -> tuple[Any, Any, Any]:
-        """All B sequences at once: burn-in without gradient, then L + n steps with it."""
+    def _train_graph(self, batch: dict[str, Any], weights: Any) -> tuple[Any, Any, Any]:
+        """All B sequences at once: burn-in without gradient, then L + n steps with it.
+
+        Args:
+            batch: A sampled batch (`SequenceReplay.sample`): `frames`, `obs_mask`,
+                `burnin_mask`, `state`, `actions`, `returns`, `bootstrap_discount`,
+                `bootstrap_index`, `mask`, and with `enable_prev_action_reward`
+                `prev_actions`, `prev_rewards`.
+            weights: `(B,)` importance-sampling weights.
+        """
         cfg = self.config
         b = cfg.burnin
+        actions = batch["actions"]
         # 0. Stacked observations from the stored frames, as the actor stacked them:
         #    observation p is frames p .. p+S-1, all zeros after the episode's end.
-        obs = stack_frames_in_graph(frames, obs_mask, cfg.sequence_length, cfg.input_sequence)
-        mask = tf.cast(mask, tf.float32)
+        obs = stack_frames_in_graph(
+            batch["frames"], batch["obs_mask"], cfg.sequence_length, cfg.input_sequence
+        )
+        mask = tf.cast(batch["mask"], tf.float32)
+        burn_extra, trained_extra = _split_prev_action_reward(batch, b)
+        state = batch["state"]
         online_state = target_state = (state[:, 0], state[:, 1])
         if cfg.enable_lstm and b > 0:
             # 1. Burn-in: both networks start from the stored state and unroll the first b
             #    steps; left padding (before the episode start) is masked, so the state
             #    stays the stored one there. No gradient flows into the burn-in.
-            burn_obs, burn_mask = obs[:, :b], burnin_mask > 0.5
-            _, online_state = self.online.unroll(burn_obs, online_state, burn_mask)
-            _, target_state = self.target.unroll(burn_obs, target_state, burn_mask)
+            burn_obs, burn_mask = obs[:, :b], batch["burnin_mask"] > 0.5
+            _, online_state = self.online.unroll(burn_obs, online_state, burn_mask, **burn_extra)
+            _, target_state = self.target.unroll(burn_obs, target_state, burn_mask, **burn_extra)
             online_state = tuple(tf.stop_gradient(s) for s in online_state)
         trained_obs = obs[:, b:]  # (B, L + n, ...): trained steps plus look-ahead
         # 2. Target network over the trained steps and the n look-ahead observations.
-        q_target_all, _ = self.target.unroll(trained_obs, target_state)
+        q_target_all, _ = self.target.unroll(trained_obs, target_state, **trained_extra)
         with tf.GradientTape() as tape:
             # 3. Online network over the same steps, with gradient.
-            q_online_all, _ = self.online.unroll(trained_obs, online_state)
+            q_online_all, _ = self.online.unroll(trained_obs, online_state, **trained_extra)
             q_online = q_online_all[:, : cfg.input_length]
             q_taken = tf.gather(q_online, actions, batch_dims=2)
             # 4. Double-Q n-step target at the bootstrap observation s_{t+K}, rescaled:
             #    y = h(R + γ^K (1 - d) h⁻¹(Q_target(s', argmax_a Q_online(s', a)))).
+            bootstrap_index = batch["bootstrap_index"]
             q_boot_online = tf.gather(q_online_all, bootstrap_index, batch_dims=1)
             q_boot_target = tf.gather(q_target_all, bootstrap_index, batch_dims=1)
             y = tf.stop_gradient(
                 tf_ops.n_step_targets(
-                    returns,
-                    bootstrap_discount,
+                    batch["returns"],
+                    batch["bootstrap_discount"],
                     q_boot_online,
                     q_boot_target,
                     cfg.enable_double_dqn,
@@ -204,6 +195,19 @@ class R2D2Learner:
         priorities = tf_ops.sequence_priorities(td, mask, cfg.priority_eta)
         mean_q = tf.reduce_sum(q_taken * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
         return loss, priorities, mean_q
+
+
+def _split_prev_action_reward(
+    batch: dict[str, Any], burnin: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The previous actions and rewards of the burn-in and of the trained steps, as
+    `R2D2Network.unroll` keyword arguments (empty without them)."""
+    if "prev_actions" not in batch:
+        return {}, {}
+    actions, rewards = batch["prev_actions"], batch["prev_rewards"]
+    burn = {"prev_action": actions[:, :burnin], "prev_reward": rewards[:, :burnin]}
+    trained = {"prev_action": actions[:, burnin:], "prev_reward": rewards[:, burnin:]}
+    return burn, trained
 
 
 def stack_frames_in_graph(frames: Any, obs_mask: Any, steps: int, input_sequence: int) -> Any:
