@@ -33,7 +33,7 @@ class TensorBoardCallback(R2D2Callback):
         self._steps = 0
 
     def __getstate__(self) -> dict[str, Any]:  # file writers do not cross processes
-        return {**self.__dict__, "_writer": None}
+        return {**super().__getstate__(), "_writer": None}
 
     def _scalars(self, role: str, step: int, values: dict[str, float]) -> None:
         from r2d2_agent.compat import tf

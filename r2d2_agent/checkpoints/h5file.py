@@ -210,14 +210,21 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> str:
 # Reading ---------------------------------------------------------------------------------
 
 
-def _open(path: str) -> h5py.File:
+_WEIGHTS_WHAT_TO_DO = (
+    "If it is still being written or copied, wait until it is complete; otherwise load an "
+    "earlier file (save_weights and CheckpointCallback write through a temporary file and a "
+    "rename, so their own files are never half-written)."
+)
+
+
+def _open(path: str, what_to_do: str = _WHAT_TO_DO) -> h5py.File:
     try:
         return h5py.File(path, "r")
     except OSError as exc:
         raise CorruptCheckpointError(
             path,
             f"{path} cannot be read: it is truncated or corrupted, or not an HDF5 file "
-            f"(h5py: {exc}). {_WHAT_TO_DO}",
+            f"(h5py: {exc}). {what_to_do}",
         ) from exc
 
 
@@ -231,7 +238,7 @@ def is_checkpoint_file(path: str | os.PathLike[str]) -> bool:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise MissingCheckpointError(path, f"weights file {path} does not exist")
-    with _open(path) as file:
+    with _open(path, _WEIGHTS_WHAT_TO_DO) as file:
         return file.attrs.get("format") == FORMAT_NAME
 
 

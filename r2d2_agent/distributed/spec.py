@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from r2d2_agent.checkpoints import TrainingState
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.roles.builder import R2D2Builder
 
@@ -208,10 +209,15 @@ class LearnerStart:
 
     Attributes:
         spec: The run.
-        nb_trains: Stop after this many learner updates (None: no limit).
+        nb_trains: Stop once the learner's updates reach this many (None: no limit);
+            counted from the checkpoint's updates when resuming.
         initial_weights: Online weights to start from (e.g. a previous `train` call's).
+        resume: A checkpoint's state (weights, optimizer state, counters) to continue
+            from; read and checked in the parent, so every backend hands it over the same
+            way (it wins over `initial_weights`).
     """
 
     spec: RunSpec
     nb_trains: int | None
     initial_weights: list[np.ndarray] | None = None
+    resume: TrainingState | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,8 @@ from r2d2_agent.checkpoints import (
     changed_fields,
     check_compatible,
     config_as_data,
+    is_checkpoint_file,
+    read_checkpoint,
 )
 from r2d2_agent.compat import keras, tf
 from r2d2_agent.config import R2D2Config
@@ -95,6 +98,33 @@ class R2D2Learner:
     def set_weights(self, weights: list[np.ndarray]) -> None:
         """Sets the online and the target network's weights."""
         self.online.set_weights(weights)
+        self.update_target()
+
+    def load_weights(self, filepath: str | os.PathLike[str]) -> None:
+        """Loads online weights (the target gets a copy) from a weights file written by
+        `save_weights` or from a checkpoint (only its online weights are used).
+
+        Raises:
+            MissingCheckpointError: If the file does not exist (a `FileNotFoundError`).
+            CorruptCheckpointError: If it is truncated or corrupted (an `OSError`).
+            IncompatibleCheckpointError: If it holds weights of another network (a
+                `ValueError`).
+        """
+        path = os.fspath(filepath)
+        if is_checkpoint_file(path):
+            state = read_checkpoint(path)
+            check_compatible(state, self.config)
+            self._assign("online", self.online.model.weights, state.online_weights, state)
+        else:
+            try:
+                self.online.model.load_weights(path)
+            except (OSError, ValueError) as exc:
+                raise IncompatibleCheckpointError(
+                    path,
+                    f"weights file {path} does not fit this network ({exc}); load weights "
+                    "saved from a network with the same input_shape, nb_actions, "
+                    "lstm_units, dense_units, enable_dueling and image model",
+                ) from exc
         self.update_target()
 
     def update_target(self) -> None:
