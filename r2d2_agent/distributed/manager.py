@@ -71,6 +71,8 @@ class R2D2Manager:
         send_batch_size: Sequences an actor gathers before one send.
         progress: Show a progress bar (tqdm; it stays quiet when stderr is not a TTY).
         shutdown_timeout: Seconds children get to stop before they are terminated.
+        tf_verbose: Show TensorFlow's native start-up logs (CUDA, absl, oneDNN) in the
+            children; None (default) hides them unless `R2D2_TF_VERBOSE=1` is set.
 
     Raises:
         TypeError: On an unpicklable factory, image model or callback, a factory that is
@@ -99,6 +101,7 @@ class R2D2Manager:
         send_batch_size: int = 4,
         progress: bool = True,
         shutdown_timeout: float = 10.0,
+        tf_verbose: bool | None = None,
     ) -> None:
         if not isinstance(config, R2D2Config):
             raise TypeError(f"config must be an R2D2Config, got {type(config).__name__}")
@@ -112,6 +115,7 @@ class R2D2Manager:
             send_batch_size=send_batch_size,
             progress=progress,
             shutdown_timeout=shutdown_timeout,
+            tf_verbose=tf_verbose,
         )
         builder = R2D2Builder(config, image_model, observation_dtype, use_numpy_policy)
         self.spec = RunSpec(

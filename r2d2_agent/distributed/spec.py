@@ -74,6 +74,9 @@ class RunOptions:
     """Show a progress bar (tqdm; quiet anyway when stderr is not a terminal)."""
     shutdown_timeout: float = 10.0
     """Seconds the children get to stop before they are terminated."""
+    tf_verbose: bool | None = None
+    """Show TensorFlow's native start-up logs in the children (CUDA, absl, oneDNN
+    notices); None follows the `R2D2_TF_VERBOSE` environment variable (hidden unless 1)."""
 
     def __post_init__(self) -> None:
         _check_int("max_actor_restarts", self.max_actor_restarts, 0)
@@ -85,6 +88,8 @@ class RunOptions:
         if self.ratio_tolerance < 1:
             raise ValueError(f"ratio_tolerance must be >= 1 update, got {self.ratio_tolerance!r}")
         _check_positive("shutdown_timeout", self.shutdown_timeout)
+        if self.tf_verbose is not None and not isinstance(self.tf_verbose, bool):
+            raise ValueError(f"tf_verbose must be True, False or None, got {self.tf_verbose!r}")
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,12 @@ class Supervisor:
         control_r, control_w = self.ctx.Pipe(duplex=False)
         start = LearnerStart(spec, self.limits.nb_trains, self._initial_weights, self.resume)
         setup = ChildSetup(
-            "learner", None, use_tensorflow=True, seed=spec.config.seed, log_level=spec.log_level
+            "learner",
+            None,
+            use_tensorflow=True,
+            seed=spec.config.seed,
+            log_level=spec.log_level,
+            tf_verbose=spec.options.tf_verbose,
         )
         self.control = control_w
         try:
@@ -247,6 +252,7 @@ class Supervisor:
             hide_gpu=spec.options.actors_on_cpu,
             seed=seed,
             log_level=spec.log_level,
+            tf_verbose=spec.options.tf_verbose,
         )
         try:
             self.actors[i] = spawn_child(
