@@ -57,6 +57,7 @@ BENCHMARKS = {
         ],
         ["bench_manager.py"],
     ),
+    "checkpoint": (["bench_checkpoint.py", "--repeats", "2"], ["bench_checkpoint.py"]),
     "learning": (
         ["bench_learning.py", "--env", "cartpole", "--seeds", "0", "--budget", "5000"],
         ["bench_learning.py", "--env", "cartpole", "--seeds", "0", "1", "2"],

@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from r2d2_agent import InputType, R2D2Config, R2D2Manager
-from r2d2_agent.callbacks import CheckpointCallback, TensorBoardCallback
+from r2d2_agent.callbacks import CheckpointCallback, RunLogCallback
 from r2d2_agent.image_models import DQNImageModel, R2D3ImageModel
 from r2d2_agent.replay import largest_memory_capacity
 
@@ -66,11 +66,12 @@ def main() -> None:
     capacity = min(config.memory_capacity, largest_memory_capacity(config, half_memory))
     config = config.replace(memory_capacity=capacity)
     image_model = R2D3ImageModel() if args.r2d3 else DQNImageModel()
-    run_name = f"{args.env.replace('/', '_')}__r2d2__{args.seed}__{int(time.time())}"
+    run_dir = f"runs/{args.env.replace('/', '_')}__r2d2__{args.seed}__{int(time.time())}"
     callbacks = [
-        TensorBoardCallback(f"runs/{run_name}"),
-        CheckpointCallback(f"runs/{run_name}.h5", interval=2_500),
+        RunLogCallback(run_dir, plot=True),  # logs, TensorBoard, learning_curve.png
+        CheckpointCallback(f"{run_dir}/checkpoints", interval=2_500),
     ]
+    print(f"run directory: {run_dir}")
 
     with R2D2Manager(
         env_factory, config, actor_num=args.actors, image_model=image_model, callbacks=callbacks

@@ -7,8 +7,10 @@ and start its child processes before any TensorFlow is loaded; `R2D2Agent` (and
 everything that needs TensorFlow) is imported on first use.
 
 Subpackages, bottom to top: `config`/`compat`, `math`, `networks` and `image_models`,
-`replay`, `envs`, `roles` (actor, learner, builder, episode loop), `keras_rl` (the agent)
-and `callbacks`, `distributed` (the manager). See `docs/architecture.md`.
+`replay`, `envs`, `checkpoints` (resumable checkpoint files), `runlog` (run-directory
+logs), `roles` (actor, learner, builder, episode loop) and `plot` (`python -m
+r2d2_agent.plot RUN_DIR`), `keras_rl` (the agent) and `callbacks`, `distributed` (the
+manager). See `docs/architecture.md`.
 """
 
 from __future__ import annotations

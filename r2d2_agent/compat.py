@@ -10,22 +10,103 @@ package uses. It never imports `rl.agents`: that package calls
 Everything else in `r2d2_agent` should take TensorFlow, Keras and keras-rl from here::
 
     from r2d2_agent.compat import keras, rl_callbacks, rl_core, tf
+
+It also keeps TensorFlow's native start-up noise out of every process that imports
+TensorFlow through it (the manager's children included), unless `R2D2_TF_VERBOSE=1`.
+Measured on TF 2.21 (CPU-only machine): `TF_CPP_MIN_LOG_LEVEL=2` (set here if unset) hides
+the C++ INFO/WARNING logs *after* start-up, but four lines come before TensorFlow reads
+it and no variable silences them: absl's "All log messages before absl::InitializeLog()
+is called are written to STDERR", "oneDNN custom operations are on" (only
+`TF_ENABLE_ONEDNN_OPTS=0` removes it, and that changes the numerics), "Could not find cuda
+drivers on your machine" (both printed twice, once per loaded TF library) and, at the
+first device discovery, "failed call to cuInit" (an ERROR, which only level 3 would hide,
+with every real error). So the import and the first device discovery run with file
+descriptor 2 redirected to a temporary file, restored right after; the captured text is
+written back to stderr without those known lines, so nothing else is lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import sys
+import tempfile
+from collections.abc import Iterator
 
 _LEGACY_VAR_BEFORE = os.environ.get("TF_USE_LEGACY_KERAS")
 _TF_IMPORTED_BEFORE = "tensorflow" in sys.modules
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+VERBOSE_ENV = "R2D2_TF_VERBOSE"
+"""Set it to 1 to see TensorFlow's native start-up logs (in every process)."""
+
+_NOISE = re.compile(
+    rb"All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    rb"|oneDNN custom operations are on"
+    rb"|Could not find cuda drivers on your machine"
+    rb"|failed call to cuInit"
+    rb"|Unable to register cu(DNN|FFT|BLAS) factory"
+    rb"|TF-TRT Warning: Could not find TensorRT"
+    rb"|computation placer already registered"
+)
+
+
+def tensorflow_verbose() -> bool:
+    """Whether the user asked for TensorFlow's native logs (`R2D2_TF_VERBOSE=1`)."""
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+@contextlib.contextmanager
+def quiet_native_stderr(enabled: bool = True) -> Iterator[None]:
+    """Meanwhile, file descriptor 2 goes to a temporary file; afterwards it is restored and
+    the captured text is written back without TensorFlow's known start-up lines.
+
+    Only the known lines (`_NOISE`) are dropped: any other output, e.g. the message of a
+    failed import, reaches stderr (after the block).
+
+    Args:
+        enabled: False makes this a no-op.
+    """
+    if not enabled:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable fd 2 (e.g. a closed stderr)
+        yield
+        return
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().splitlines(True) if not _NOISE.search(line)]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
+if not tensorflow_verbose():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 import logging  # noqa: E402
 import random  # noqa: E402
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+
+with quiet_native_stderr(enabled=not tensorflow_verbose() and not _TF_IMPORTED_BEFORE):
+    import tensorflow as tf  # noqa: E402
+
+    # The first device discovery prints "failed call to cuInit" on machines without GPU.
+    tf.config.list_physical_devices("GPU")
 
 try:
     import tf_keras as keras  # noqa: E402
@@ -60,6 +141,9 @@ import rl.core as rl_core  # noqa: E402
 import rl.processors as rl_processors  # noqa: E402
 
 __all__ = [
+    "VERBOSE_ENV",
+    "quiet_native_stderr",
+    "tensorflow_verbose",
     "tf",
     "keras",
     "rl_core",

@@ -6,8 +6,9 @@ Layers, bottom to top (a module may import its own subpackage and any lower laye
     0  config, compat          the configuration; TensorFlow/keras-rl glue
     1  math, presets           pure functions; tested configurations
     2  image_models            the ImageModel plug-in
-    3  networks, replay, envs  Keras/numpy networks; sequence replay; env checks/adapter
-    4  roles                   actor, learner, builder, episode loop
+    3  networks, replay, envs  Keras/numpy networks; sequence replay; env checks/adapter;
+       checkpoints, runlog     checkpoint files (h5py); run-directory log files
+    4  roles, plot             actor, learner, builder, episode loop; the learning-curve plot
     5  keras_rl, callbacks     the keras-rl face
     6  distributed             the manager and its backends
     7  testing                 test utilities (masked CartPole, benchmark protocol)
@@ -33,7 +34,10 @@ LAYERS = {
     "networks": 3,
     "replay": 3,
     "envs": 3,
+    "checkpoints": 3,
+    "runlog": 3,
     "roles": 4,
+    "plot": 4,
     "keras_rl": 5,
     "callbacks": 5,
     "distributed": 6,
@@ -102,6 +106,9 @@ def test_the_compat_module_and_the_config_import_nothing_of_the_package(name):
         "r2d2_agent.replay",
         "r2d2_agent.envs",
         "r2d2_agent.roles",
+        "r2d2_agent.checkpoints",
+        "r2d2_agent.runlog",
+        "r2d2_agent.plot",
         "r2d2_agent.distributed",
         "r2d2_agent.distributed.mp.entrypoints",
         "r2d2_agent.testing",

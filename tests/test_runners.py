@@ -173,8 +173,14 @@ def test_actor_runner_reports_its_steps_to_progress(actor_run):
     assert actor_run.reported_steps == 205
 
 
-def test_actor_runner_calls_the_begin_and_end_hooks(actor_run):
-    assert actor_run.hook_calls == ["on_r2d2_actor_begin", "on_r2d2_actor_end"]
+def test_actor_runner_calls_the_begin_and_end_hooks_first_and_last(actor_run):
+    calls = actor_run.hook_calls
+    assert (calls[0], calls[-1]) == ("on_r2d2_actor_begin", "on_r2d2_actor_end")
+
+
+def test_actor_runner_calls_the_episode_end_hook_once_per_finished_episode(actor_run):
+    calls = actor_run.hook_calls.count("on_r2d2_actor_episode_end")
+    assert calls == actor_run.runner.episodes > 0
 
 
 def test_actor_runner_counts_every_env_step_in_at_most_one_item(actor_run):

@@ -1,7 +1,16 @@
-"""Callbacks: `R2D2Callback` hooks plus ready-made save/load and logging callbacks."""
+"""Callbacks: `R2D2Callback` hooks plus ready-made save/load and logging callbacks.
+
+* `R2D2Callback`: keras-rl's `Callback` plus the manager, learner and actor hooks, and
+  `request_stop` to end a run from any process.
+* `CheckpointCallback`: periodic atomic checkpoints that resume a run, keeping the last K.
+* `RunLogCallback`: a run directory of JSON lines from every process, TensorBoard
+  summaries and, optionally, the learning-curve picture.
+* `TensorBoardCallback`: namespaced TensorBoard scalars alone.
+"""
 
 from r2d2_agent.callbacks.base import R2D2Callback
 from r2d2_agent.callbacks.checkpoint import CheckpointCallback
+from r2d2_agent.callbacks.run_log import RunLogCallback
 from r2d2_agent.callbacks.tensorboard import TensorBoardCallback
 
-__all__ = ["R2D2Callback", "CheckpointCallback", "TensorBoardCallback"]
+__all__ = ["CheckpointCallback", "R2D2Callback", "RunLogCallback", "TensorBoardCallback"]

@@ -1,9 +1,10 @@
 """`TensorBoardCallback`: namespaced `tf.summary` scalars, per process.
 
 Metric names (CleanRL style): `charts/episodic_return`, `charts/episodic_length`,
-`charts/epsilon`, `charts/SPS`, `losses/td_loss`, `losses/q_values`,
-`losses/priority`. Each process writes to its own subfolder (`agent`, `learner`,
-`actor_<i>`) of `logdir`.
+`charts/epsilon`, `charts/SPS` (env steps per second), `charts/updates_per_second`,
+`charts/replay_size`, `losses/td_loss`, `losses/q_values`, `losses/priority`. Each process
+writes to its own subfolder of `logdir`: `agent` (single process; x: env steps),
+`learner` (x: learner updates), `actor_<i>` (x: that actor's env steps).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from typing import Any
 
 from r2d2_agent.callbacks.base import R2D2Callback
+from r2d2_agent.callbacks.rates import RateMeter
 
 
 class TensorBoardCallback(R2D2Callback):
@@ -31,18 +33,25 @@ class TensorBoardCallback(R2D2Callback):
         self._writer: Any = None
         self._t0 = 0.0
         self._steps = 0
+        self._updates_rate = RateMeter()
+        self._steps_rate = RateMeter()
 
     def __getstate__(self) -> dict[str, Any]:  # file writers do not cross processes
-        return {**self.__dict__, "_writer": None}
+        return {**super().__getstate__(), "_writer": None}
 
-    def _scalars(self, role: str, step: int, values: dict[str, float]) -> None:
+    def _scalars(self, role: str, step: int, values: dict[str, float | None]) -> None:
         from r2d2_agent.compat import tf
 
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(f"{self.logdir}/{role}")
         with self._writer.as_default(step=int(step)):
             for name, value in values.items():
-                tf.summary.scalar(name, float(value))
+                if value is not None:
+                    tf.summary.scalar(name, float(value))
+
+    def _flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
 
     # Single-process agent ----------------------------------------------------------------
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -65,6 +74,7 @@ class TensorBoardCallback(R2D2Callback):
                     "losses/priority": m["mean_priority"],
                     "charts/SPS": sps,
                     "charts/epsilon": agent.actor.epsilon,
+                    "charts/replay_size": len(agent.learner.replay),
                 },
             )
 
@@ -81,13 +91,13 @@ class TensorBoardCallback(R2D2Callback):
             )
 
     def on_train_end(self, logs: dict | None = None) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+        self._flush()
 
     # Manager: learner process --------------------------------------------------------------
     def on_r2d2_learner_train_end(self, learner: Any) -> None:
         if learner.updates % self.interval == 0 and learner.last_metrics:
             m = learner.last_metrics
+            env_steps = learner.counters().env_steps
             self._scalars(
                 "learner",
                 learner.updates,
@@ -95,9 +105,26 @@ class TensorBoardCallback(R2D2Callback):
                     "losses/td_loss": m["loss"],
                     "losses/q_values": m["mean_q"],
                     "losses/priority": m["mean_priority"],
+                    "charts/replay_size": len(learner.replay),
+                    "charts/updates_per_second": self._updates_rate.rate(learner.updates),
+                    "charts/SPS": self._steps_rate.rate(env_steps),
                 },
             )
 
     def on_r2d2_learner_end(self, learner: Any) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+        self._flush()
+
+    # Manager: actor processes ----------------------------------------------------------------
+    def on_r2d2_actor_episode_end(self, actor_index: int, runner: Any, episode: Any) -> None:
+        self._scalars(
+            f"actor_{actor_index}",
+            runner.steps,
+            {
+                "charts/episodic_return": episode.episode_return,
+                "charts/episodic_length": episode.episode_steps,
+                "charts/epsilon": runner.epsilon,
+            },
+        )
+
+    def on_r2d2_actor_end(self, actor_index: int, runner: Any) -> None:
+        self._flush()

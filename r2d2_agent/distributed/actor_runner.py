@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from r2d2_agent.distributed.hooks import call_hooks
 from r2d2_agent.distributed.interfaces import ExperienceSender, WeightsSubscriber
 from r2d2_agent.distributed.messages import Experience
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeLoop, EpisodeObserver, EpisodeResult, Transition
+from r2d2_agent.roles.hooks import call_hooks
 
 __all__ = ["ActorProgress", "ActorRunner"]
 
@@ -52,9 +52,12 @@ class ActorRunner(EpisodeObserver):
         seed: Seeds the env's first reset, its action space and the actor's exploration.
         send_batch_size: Items gathered before one `send` (also sent at episode ends).
         progress: Optional progress sink.
-        callbacks: Callbacks whose `on_r2d2_actor_begin`/`_end` hooks run here.
+        callbacks: Callbacks whose `on_r2d2_actor_*` hooks run here.
         stream: Tells this actor's frames apart from other actors' in the learner (unique
             per actor process, a restarted actor included).
+        initial_steps: Env steps this actor index took before (a restarted or resumed
+            actor continues its count).
+        initial_episodes: Episodes it finished before.
     """
 
     def __init__(
@@ -71,6 +74,8 @@ class ActorRunner(EpisodeObserver):
         progress: ActorProgress | None = None,
         callbacks: Sequence[Any] = (),
         stream: int = 0,
+        initial_steps: int = 0,
+        initial_episodes: int = 0,
     ) -> None:
         self.index = index
         self.config = builder.config
@@ -84,10 +89,10 @@ class ActorRunner(EpisodeObserver):
         self.stream = stream
         adder = builder.make_adder(self._collect)
         self.actor = builder.make_actor(builder.make_policy(), adder, epsilon, seed)
-        self.steps = 0
-        """Env steps taken."""
-        self.episodes = 0
-        """Episodes finished."""
+        self.steps = int(initial_steps)
+        """Env steps this actor index took (over restarts and resumed runs)."""
+        self.episodes = int(initial_episodes)
+        """Episodes it finished (over restarts and resumed runs)."""
         self.items_sent = 0
         """Experience items the sender accepted."""
         self.weight_pulls = 0
@@ -101,6 +106,11 @@ class ActorRunner(EpisodeObserver):
     def policy(self) -> Any:
         """The acting network."""
         return self.actor.policy
+
+    @property
+    def epsilon(self) -> float:
+        """The actor's exploration rate."""
+        return float(self.actor.epsilon)
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         """Acts until `should_stop()` is true (checked before every env step).
@@ -136,6 +146,7 @@ class ActorRunner(EpisodeObserver):
         self.episodes += 1
         if self.progress is not None:
             self.progress.on_episode(result.episode_return, result.episode_steps)
+        call_hooks(self.callbacks, "on_r2d2_actor_episode_end", self.index, self, result)
         self._flush()
 
     def should_stop(self) -> bool:

@@ -1,21 +1,6 @@
-"""Calling `R2D2Callback` hooks on duck-typed callbacks, in any process."""
+"""Calling `R2D2Callback` hooks in any process (moved to `r2d2_agent.roles.hooks`, which the
+single-process agent shares; re-exported here for the distributed loops and backends)."""
 
-from __future__ import annotations
+from r2d2_agent.roles.hooks import bind_stop_requester, call_hooks
 
-from collections.abc import Sequence
-from typing import Any
-
-__all__ = ["call_hooks"]
-
-
-def call_hooks(callbacks: Sequence[Any], name: str, *args: Any) -> None:
-    """Calls hook `name` with `args` on every callback that has it.
-
-    Callbacks need not subclass `R2D2Callback` (which imports TensorFlow through
-    keras-rl): any object with the hook's method works, so actor processes that act with
-    the numpy policy never load TensorFlow.
-    """
-    for callback in callbacks:
-        hook = getattr(callback, name, None)
-        if hook is not None:
-            hook(*args)
+__all__ = ["bind_stop_requester", "call_hooks"]

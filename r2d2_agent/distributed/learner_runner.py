@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from r2d2_agent.distributed.hooks import call_hooks
 from r2d2_agent.distributed.interfaces import ExperienceReceiver, WeightsPublisher
 from r2d2_agent.distributed.messages import Experience
+from r2d2_agent.roles.hooks import call_hooks
 
 __all__ = ["LearnerProgress", "LearnerRunner", "RateLimiter"]
 
@@ -44,18 +44,26 @@ class RateLimiter:
         self.env_steps_per_update = env_steps_per_update
         self.tolerance = float(tolerance)
         self._start_steps: int | None = None  # env steps received when training could start
+        self._start_updates = 0  # updates done by then (a resumed learner starts above 0)
 
-    def start(self, env_steps_received: int) -> None:
-        """Marks the moment training became possible (only the first call counts)."""
+    def start(self, env_steps_received: int, updates: int = 0) -> None:
+        """Marks the moment training became possible (only the first call counts).
+
+        Args:
+            env_steps_received: Env steps received so far.
+            updates: Updates done so far (those of a resumed run are not held against
+                the env steps of this one).
+        """
         if self._start_steps is None:
             self._start_steps = env_steps_received
+            self._start_updates = updates
 
     def drift(self, updates: int, env_steps_received: int) -> float:
         """Updates done minus updates the received env steps allow (> 0: learner ahead)."""
         if self._start_steps is None or self.env_steps_per_update is None:
             return 0.0
         earned = (env_steps_received - self._start_steps) / self.env_steps_per_update
-        return updates - earned
+        return (updates - self._start_updates) - earned
 
     def may_train(self, updates: int, env_steps_received: int) -> bool:
         """Whether one more update keeps the learner within the tolerance."""
@@ -83,7 +91,9 @@ class LearnerRunner:
         receive_batch: Most items taken per iteration; default 4 x `config.batch_size`.
         env_steps_per_update: Target env steps per update; None disables rate limiting.
         ratio_tolerance: Allowed drift from the target, in updates.
-        nb_trains: Stop after this many updates (None: until `should_stop`).
+        nb_trains: Stop once the learner's updates reach this many (None: until
+            `should_stop`); a resumed learner's updates count, as its `updates` start
+            from the checkpoint's.
         receive_timeout: Seconds to wait for experience when there is nothing else to do.
         callbacks: Callbacks whose `on_r2d2_learner_*` hooks run here.
         progress: Optional progress sink.
@@ -114,10 +124,10 @@ class LearnerRunner:
         self.receive_timeout = receive_timeout
         self.callbacks = tuple(callbacks)
         self.progress = progress
-        self.updates = 0
-        """Learner updates done."""
-        self.sequences_received = 0
-        """Experience items added to replay."""
+        self.updates = int(getattr(learner, "updates", 0))
+        """Learner updates done (a resumed learner's count goes on)."""
+        self.sequences_received = int(getattr(learner, "sequences_added", 0))
+        """Experience items added to replay (a resumed learner's count goes on)."""
         self.env_steps_received = 0
         """Env steps those items account for."""
         self.version = 0
@@ -128,7 +138,7 @@ class LearnerRunner:
     def _can_train(self) -> bool:
         if not self.learner.ready:
             return False
-        self.rate.start(self.env_steps_received)
+        self.rate.start(self.env_steps_received, self.updates)
         return self.rate.may_train(self.updates, self.env_steps_received)
 
     def _add(self, items: list[Experience]) -> None:

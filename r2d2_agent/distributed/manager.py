@@ -20,13 +20,14 @@ under `if __name__ == "__main__":` (spawned children import the main module).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from r2d2_agent.checkpoints import check_compatible, read_checkpoint
 from r2d2_agent.config import R2D2Config
-from r2d2_agent.distributed.hooks import call_hooks
 from r2d2_agent.distributed.mp.supervisor import Supervisor
 from r2d2_agent.distributed.reports import Progress, TrainResult
 from r2d2_agent.distributed.spec import RunOptions, RunSpec, TrainLimits
@@ -34,6 +35,7 @@ from r2d2_agent.envs.checks import check_env_matches_config
 from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import play_episodes
+from r2d2_agent.roles.hooks import bind_stop_requester, call_hooks
 
 __all__ = ["R2D2Manager"]
 
@@ -70,6 +72,8 @@ class R2D2Manager:
         send_batch_size: Sequences an actor gathers before one send.
         progress: Show a progress bar (tqdm; it stays quiet when stderr is not a TTY).
         shutdown_timeout: Seconds children get to stop before they are terminated.
+        tf_verbose: Show TensorFlow's native start-up logs (CUDA, absl, oneDNN) in the
+            children; None (default) hides them unless `R2D2_TF_VERBOSE=1` is set.
 
     Raises:
         TypeError: On an unpicklable factory, image model or callback, a factory that is
@@ -99,6 +103,7 @@ class R2D2Manager:
         send_batch_size: int = 4,
         progress: bool = True,
         shutdown_timeout: float = 10.0,
+        tf_verbose: bool | None = None,
     ) -> None:
         if not isinstance(config, R2D2Config):
             raise TypeError(f"config must be an R2D2Config, got {type(config).__name__}")
@@ -112,6 +117,7 @@ class R2D2Manager:
             send_batch_size=send_batch_size,
             progress=progress,
             shutdown_timeout=shutdown_timeout,
+            tf_verbose=tf_verbose,
         )
         builder = R2D2Builder(config, image_model, observation_dtype, use_numpy_policy)
         self.spec = RunSpec(
@@ -155,17 +161,23 @@ class R2D2Manager:
         max_seconds: float | None = None,
         *,
         on_progress: Callable[[Progress], None] | None = None,
+        resume_from: str | os.PathLike[str] | None = None,
     ) -> TrainResult:
         """Trains until the first limit is reached; needs at least one limit.
 
         Processes start fresh on every call; a later call starts from the latest weights
-        (with a new replay and optimizer state).
+        (with a new replay and optimizer state), unless `resume_from` names a checkpoint:
+        then the run continues from it (weights, optimizer state, env steps per actor,
+        updates, episodes) and `nb_steps`/`nb_trains` are totals that include the
+        checkpoint's counts. The replay is not in a checkpoint: it refills first.
 
         Args:
             nb_steps: Env steps over all actors.
             nb_trains: Learner updates.
             max_seconds: Wall-clock seconds, counted from the call (start-up included).
             on_progress: Called in the parent about ten times a second with a `Progress`.
+            resume_from: A checkpoint file (`CheckpointCallback`), or a directory of them
+                (its latest is used).
 
         Returns:
             A `TrainResult`. After Ctrl-C it returns normally with `stop_reason`
@@ -173,24 +185,46 @@ class R2D2Manager:
 
         Raises:
             ValueError: On invalid limits, before any process starts.
+            CheckpointError: If `resume_from` is missing (`MissingCheckpointError`),
+                truncated or corrupted (`CorruptCheckpointError`) or written for another
+                network (`IncompatibleCheckpointError`, naming the fields); before any
+                process starts.
             R2D2ProcessError: The learner failed, or an actor died more than
                 `max_actor_restarts` times; the message holds the child's traceback.
         """
         limits = TrainLimits(nb_steps=nb_steps, nb_trains=nb_trains, max_seconds=max_seconds)
         if self._run is not None:
             raise RuntimeError("train() is already running")
-        call_hooks(self.spec.callbacks, "on_r2d2_train_begin")
+        resume = None
+        if resume_from is not None:  # read and checked here, before any child starts
+            resume = read_checkpoint(resume_from)
+            check_compatible(resume, self.config)
+            logger.info("resuming from %s", resume.describe())
         self._run = Supervisor(
-            self.spec, limits, initial_weights=self._final_weights, on_progress=on_progress
+            self.spec,
+            limits,
+            initial_weights=self._final_weights,
+            on_progress=on_progress,
+            resume=resume,
         )
+        bind_stop_requester(self.spec.callbacks, self._callback_stop)
         try:
+            call_hooks(self.spec.callbacks, "on_r2d2_train_begin")
             result = self._run.run()
         finally:
             if self._run.final_weights is not None:
                 self._final_weights = self._run.final_weights
             self._run = None
-        call_hooks(self.spec.callbacks, "on_r2d2_train_end")
+        try:
+            call_hooks(self.spec.callbacks, "on_r2d2_train_end")
+        finally:
+            bind_stop_requester(self.spec.callbacks, None)
         return result
+
+    def _callback_stop(self, reason: str) -> None:
+        """`R2D2Callback.request_stop` in the parent process."""
+        if self._run is not None:
+            self._run.request_stop("callback", f"parent: {reason}")
 
     def latest_weights(self) -> list[np.ndarray] | None:
         """The learner's latest published weights (None before any `train`)."""

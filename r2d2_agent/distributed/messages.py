@@ -2,7 +2,7 @@
 
 Data plane (actor -> learner): `Experience` items, in small batches.
 Events (child -> parent): `WeightsLayout`, `EpisodeFinished`, `ChildFailed`,
-`ActorSummary`, `LearnerSummary`.
+`ActorSummary`, `LearnerSummary`, `StopRequested`.
 Control (parent -> learner): `WeightsSegment`, `ConnectActor`.
 
 A backend dispatches on the message's type, never on a string tag.
@@ -26,6 +26,7 @@ __all__ = [
     "EpisodeFinished",
     "Experience",
     "LearnerSummary",
+    "StopRequested",
     "WeightsLayout",
     "WeightsSegment",
 ]
@@ -100,7 +101,23 @@ class LearnerSummary:
     sequences: int
 
 
-ChildEvent = WeightsLayout | EpisodeFinished | ChildFailed | ActorSummary | LearnerSummary
+@dataclass(frozen=True)
+class StopRequested:
+    """Child -> parent: a callback asked to end the run (`R2D2Callback.request_stop`).
+
+    The parent stops every process as at a limit; `train` returns with stop_reason
+    "callback" and `stop_detail` naming the process and the reason.
+
+    Attributes:
+        reason: The callback's reason.
+    """
+
+    reason: str
+
+
+ChildEvent = (
+    WeightsLayout | EpisodeFinished | ChildFailed | ActorSummary | LearnerSummary | StopRequested
+)
 """Anything a child sends its parent."""
 
 

@@ -27,6 +27,7 @@ class Progress:
     weights_version: int
     loss: float
     episodes: int
+    """Finished episodes over all actors (with `resume_from`, the checkpoint's included)."""
     recent_mean_return: float | None
     """Mean return of the last 20 episodes over all actors (None before the first)."""
     actor_pids: tuple[int | None, ...]
@@ -39,20 +40,29 @@ class TrainResult:
     """What one `R2D2Manager.train` did. Counters are Python ints."""
 
     env_steps: int
-    """Env steps over all actors (may pass `nb_steps` by at most actor_num - 1)."""
+    """Env steps over all actors (may pass `nb_steps` by at most actor_num - 1); with
+    `resume_from`, the checkpoint's steps included."""
     learner_updates: int
+    """Learner updates (with `resume_from`, the checkpoint's included)."""
     sequences_received: int
     weights_version: int
     elapsed_seconds: float
     stop_reason: str
-    """"nb_steps", "nb_trains", "max_seconds", "requested" (`request_stop`) or
-    "interrupted" (Ctrl-C)."""
+    """"nb_steps", "nb_trains", "max_seconds", "requested" (`R2D2Manager.request_stop`),
+    "callback" (`R2D2Callback.request_stop`, see `stop_detail`) or "interrupted"
+    (Ctrl-C)."""
     actor_env_steps: list[int]
     episode_returns: list[list[float]]
-    """Per actor index, the returns of its finished episodes, in order."""
+    """Per actor index, the returns of the episodes it finished in this call, in order."""
     actor_restarts: list[int]
     actor_info: list[dict[str, Any]] = field(default_factory=list)
     """Per actor, what its last process reported at exit (pid, policy, tensorflow_loaded)."""
+    episodes: int = 0
+    """Finished episodes over all actors (with `resume_from`, the checkpoint's included)."""
+    stop_detail: str = ""
+    """Who asked to stop and why, e.g. "actor 1: mean return 480.0 >= 475"."""
+    resumed_from: str | None = None
+    """The checkpoint file the run continued from (None: a fresh start)."""
 
     @property
     def interrupted(self) -> bool:

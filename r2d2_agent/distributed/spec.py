@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from r2d2_agent.checkpoints import TrainingState
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.roles.builder import R2D2Builder
 
@@ -73,6 +74,9 @@ class RunOptions:
     """Show a progress bar (tqdm; quiet anyway when stderr is not a terminal)."""
     shutdown_timeout: float = 10.0
     """Seconds the children get to stop before they are terminated."""
+    tf_verbose: bool | None = None
+    """Show TensorFlow's native start-up logs in the children (CUDA, absl, oneDNN
+    notices); None follows the `R2D2_TF_VERBOSE` environment variable (hidden unless 1)."""
 
     def __post_init__(self) -> None:
         _check_int("max_actor_restarts", self.max_actor_restarts, 0)
@@ -84,6 +88,8 @@ class RunOptions:
         if self.ratio_tolerance < 1:
             raise ValueError(f"ratio_tolerance must be >= 1 update, got {self.ratio_tolerance!r}")
         _check_positive("shutdown_timeout", self.shutdown_timeout)
+        if self.tf_verbose is not None and not isinstance(self.tf_verbose, bool):
+            raise ValueError(f"tf_verbose must be True, False or None, got {self.tf_verbose!r}")
 
 
 @dataclass(frozen=True)
@@ -215,10 +221,15 @@ class LearnerStart:
 
     Attributes:
         spec: The run.
-        nb_trains: Stop after this many learner updates (None: no limit).
+        nb_trains: Stop once the learner's updates reach this many (None: no limit);
+            counted from the checkpoint's updates when resuming.
         initial_weights: Online weights to start from (e.g. a previous `train` call's).
+        resume: A checkpoint's state (weights, optimizer state, counters) to continue
+            from; read and checked in the parent, so every backend hands it over the same
+            way (it wins over `initial_weights`).
     """
 
     spec: RunSpec
     nb_trains: int | None
     initial_weights: list[np.ndarray] | None = None
+    resume: TrainingState | None = None

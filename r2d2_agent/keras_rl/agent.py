@@ -11,10 +11,17 @@ Gymnasium's `terminated` and `truncated` apart.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import numpy as np
 
+from r2d2_agent.checkpoints import (
+    TrainingCounters,
+    TrainingState,
+    read_checkpoint,
+    write_checkpoint,
+)
 from r2d2_agent.compat import keras, rl_core, set_global_seed
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.envs.checks import check_env_matches_config
@@ -24,7 +31,7 @@ from r2d2_agent.math import inverse_rescale
 from r2d2_agent.networks.weights_io import save_weights_atomic
 from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
-from r2d2_agent.roles.episode_loop import EpisodeObserver, Transition
+from r2d2_agent.roles.episode_loop import EpisodeObserver, EpisodeResult, Transition
 from r2d2_agent.roles.learner import METRIC_NAMES
 
 __all__ = ["R2D2Agent"]
@@ -76,6 +83,12 @@ class R2D2Agent(rl_core.Agent):
         self._eval_actor = self.builder.make_actor(policy, None, config.test_epsilon, config.seed)
         self.actor.set_weights(self.learner.get_weights())
         self.step = 0
+        """Training env steps over all `fit` calls (continues from a resumed checkpoint)."""
+        self.episodes = 0
+        """Finished training episodes over all `fit` calls."""
+        self.stop_reason: str | None = None
+        """Why the last `fit`/`test` ended early on request (None: it ran to its limit)."""
+        self.learner.run_counters = self._run_counters
         self._steps_since_sync = 0
         self._pending: tuple[int, float, bool, bool] | None = None
         self._last_action: int | None = None
@@ -211,10 +224,68 @@ class R2D2Agent(rl_core.Agent):
         return inverse_rescale(q) if self.config.enable_rescaling else q
 
     def load_weights(self, filepath: str) -> None:
-        """Loads HDF5 weights into the online and target networks and the actor."""
-        self.learner.online.model.load_weights(filepath)
-        self.learner.update_target()
+        """Loads HDF5 weights into the online and target networks and the actor.
+
+        Takes a file written by `save_weights` or a checkpoint (its online weights).
+
+        Raises:
+            MissingCheckpointError: If the file does not exist (a `FileNotFoundError`).
+            CorruptCheckpointError: If it is truncated or corrupted (an `OSError`); the
+                message names the file and what to do.
+            IncompatibleCheckpointError: If it holds another network's weights (a
+                `ValueError`).
+        """
+        self.learner.load_weights(filepath)
         self.sync_actor()
+
+    def _run_counters(self) -> TrainingCounters:
+        return TrainingCounters(
+            env_steps=self.step,
+            episodes=self.episodes,
+            actor_env_steps=(self.step,),
+            actor_episodes=(self.episodes,),
+        )
+
+    def save_checkpoint(self, filepath: str | os.PathLike[str]) -> str:
+        """Writes a checkpoint that `fit(resume_from=...)` continues from: online and target
+        weights, optimizer state, env steps, updates, episodes, the config (atomically).
+
+        Returns:
+            The file written.
+        """
+        return write_checkpoint(filepath, self.learner.save())
+
+    def restore_checkpoint(self, path: str | os.PathLike[str]) -> TrainingState:
+        """Continues from a checkpoint file (or a checkpoint directory's latest): weights,
+        optimizer state and counters (`step`, `episodes`, `learner.updates`).
+
+        Returns:
+            The state read.
+
+        Raises:
+            MissingCheckpointError: No such file, or no checkpoint in the directory.
+            CorruptCheckpointError: Truncated or corrupted file.
+            IncompatibleCheckpointError: Written for a network of another shape (the
+                message names the fields).
+        """
+        state = read_checkpoint(path)
+        self.learner.restore(state)
+        self.step = state.counters.env_steps
+        self.episodes = state.counters.episodes
+        self.reset_states()
+        self.sync_actor()
+        logger.info("resumed from %s", state.describe())
+        return state
+
+    def request_stop(self, reason: str = "requested") -> None:
+        """Ends the running `fit` or `test` before its next step (e.g. from a callback).
+
+        Args:
+            reason: Kept in `stop_reason` and logged.
+        """
+        if self.stop_reason is None:
+            logger.info("stop requested: %s", reason)
+            self.stop_reason = reason
 
     def save_weights(self, filepath: str, overwrite: bool = False) -> None:
         """Saves the online weights to HDF5, atomically (temporary file, then rename).
@@ -238,8 +309,14 @@ class R2D2Agent(rl_core.Agent):
         start_step_policy: Any = None,
         log_interval: int = 10000,
         nb_max_episode_steps: int | None = None,
+        *,
+        resume_from: str | os.PathLike[str] | None = None,
     ) -> keras.callbacks.History:
         """Trains for `nb_steps` env steps (keras-rl's arguments; see `rl.core.Agent.fit`).
+
+        With `resume_from`, the agent first continues from that checkpoint (weights,
+        optimizer state, env steps, updates, episodes) and `nb_steps` is the total: a
+        checkpoint taken at 30,000 env steps and `nb_steps=50_000` train 20,000 more.
 
         Args:
             env: A Gymnasium env or a `GymnasiumEnv`.
@@ -252,6 +329,7 @@ class R2D2Agent(rl_core.Agent):
             start_step_policy: Chooses those actions (default: random).
             log_interval: Env steps between interval logs (verbose=1).
             nb_max_episode_steps: Truncate episodes after this many agent steps.
+            resume_from: A checkpoint file, or a directory of them (its latest is used).
 
         Returns:
             A Keras `History` whose `history` holds `episode_reward`, `nb_episode_steps`
@@ -260,12 +338,25 @@ class R2D2Agent(rl_core.Agent):
         Raises:
             RuntimeError: Before `compile()`.
             ValueError: If the env's spaces do not fit the config.
+            CheckpointError: If `resume_from` is missing, truncated, corrupted or written
+                for another network (see `restore_checkpoint`).
         """
         from r2d2_agent.keras_rl.fit_loop import run_keras_rl_loop
 
         if not self.compiled:
             raise RuntimeError("call compile() before fit()")
         keras_env = self._checked_env(env)
+        if resume_from is not None:
+            self.restore_checkpoint(resume_from)
+            nb_steps = int(nb_steps) - self.step
+            if nb_steps < 1:
+                logger.warning(
+                    "the checkpoint is at %d env steps, not below nb_steps: nothing to train",
+                    self.step,
+                )
+                history = keras.callbacks.History()
+                history.history = {}
+                return history
         seed = self.config.seed if self.config.seed is not None else keras_env.take_seed()
         self.training = True
         self.actor.epsilon = self.train_epsilon
@@ -353,3 +444,6 @@ class _TrainingSteps(EpisodeObserver):
 
     def on_step_end(self, episode_step: int, transition: Transition) -> None:
         self._agent.count_training_step()
+
+    def on_episode_end(self, result: EpisodeResult) -> None:
+        self._agent.episodes += 1

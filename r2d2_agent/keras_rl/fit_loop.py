@@ -14,6 +14,7 @@ from typing import Any
 from r2d2_agent.compat import keras, rl_callbacks
 from r2d2_agent.envs.gymnasium_env import GymnasiumEnv
 from r2d2_agent.roles.episode_loop import EpisodeLoop, EpisodeObserver, EpisodeResult, Transition
+from r2d2_agent.roles.hooks import bind_stop_requester
 
 __all__ = ["KerasRLCallbacks", "run_keras_rl_loop"]
 
@@ -73,6 +74,16 @@ class KerasRLCallbacks(EpisodeObserver):
         self._callbacks.on_episode_end(result.episode, logs)
 
 
+class _StopRequests(EpisodeObserver):
+    """Ends the loop once someone called `agent.request_stop` (e.g. a callback)."""
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+
+    def should_stop(self) -> bool:
+        return self._agent.stop_reason is not None
+
+
 def _callback_list(
     agent: Any,
     env: GymnasiumEnv,
@@ -124,7 +135,8 @@ def run_keras_rl_loop(
 
     `observers` run before the keras-rl callbacks at every hook (so a step's training
     metrics reach `on_step_end`). Ctrl-C ends the run cleanly (`did_abort` in the logs of
-    `on_train_end`).
+    `on_train_end`). A callback's `request_stop(reason)` (or `agent.request_stop`) ends
+    it before the next step (`stop_reason` in the logs of `on_train_end`).
 
     Returns:
         A Keras `History` with `episode_reward`, `nb_episode_steps`, `nb_steps` per episode.
@@ -147,19 +159,25 @@ def run_keras_rl_loop(
     callback_list, history = _callback_list(
         agent, env, callbacks, verbose, visualize, log_interval, params
     )
-    loop.observers = (*observers, KerasRLCallbacks(callback_list, agent))
-    if agent.training:
-        agent._on_train_begin()
-    else:
-        agent._on_test_begin()
-    callback_list.on_train_begin()
-    did_abort = False
+    loop.observers = (*observers, KerasRLCallbacks(callback_list, agent), _StopRequests(agent))
+    agent.stop_reason = None
+    user_callbacks = list(callbacks or [])
+    bind_stop_requester(user_callbacks, agent.request_stop)
     try:
-        loop.run(nb_steps=nb_steps, nb_episodes=nb_episodes)
-    except KeyboardInterrupt:
-        did_abort = True
-        logger.warning("interrupted; stopping cleanly")
-    callback_list.on_train_end(logs={"did_abort": did_abort})
+        if agent.training:
+            agent._on_train_begin()
+        else:
+            agent._on_test_begin()
+        callback_list.on_train_begin()
+        did_abort = False
+        try:
+            loop.run(nb_steps=nb_steps, nb_episodes=nb_episodes)
+        except KeyboardInterrupt:
+            did_abort = True
+            logger.warning("interrupted; stopping cleanly")
+        callback_list.on_train_end(logs={"did_abort": did_abort, "stop_reason": agent.stop_reason})
+    finally:
+        bind_stop_requester(user_callbacks, None)
     if agent.training:
         agent._on_train_end()
     else:

@@ -2,16 +2,31 @@
 
 The learner does not know whether it runs beside the actor in one process or alone in a
 learner process: it takes finished sequences through `add`, trains with `step`, and hands
-out weights with `get_weights`. `R2D2Builder.make_learner` builds it from a config.
+out weights with `get_weights`. `save` and `restore` (as Acme's learner) hand its whole
+state, counters included, to and from a checkpoint. `R2D2Builder.make_learner` builds it
+from a config.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from r2d2_agent.checkpoints import (
+    IncompatibleCheckpointError,
+    TrainingCounters,
+    TrainingState,
+    changed_fields,
+    check_compatible,
+    config_as_data,
+    is_checkpoint_file,
+    read_checkpoint,
+)
 from r2d2_agent.compat import keras, tf
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.math import importance_weights, linear_schedule, tf_ops
@@ -53,6 +68,13 @@ class R2D2Learner:
         self.optimizer = optimizer
         self.replay = replay
         self.updates = 0
+        """Learner updates done (continues from a restored checkpoint)."""
+        self.sequences_added = 0
+        """Sequences added to replay (continues from a restored checkpoint)."""
+        self.run_counters: Callable[[], TrainingCounters] | None = None
+        """Where the run's env steps and episodes come from (set by whoever runs the
+        learner: the single-process agent, or a distributed backend's shared counters);
+        `counters()` adds the learner's own counts."""
         self.last_metrics: dict[str, float] = {}
         self._train = tf.function(self._train_graph, reduce_retracing=True)
         self._copy = tf.function(self._copy_graph)
@@ -68,6 +90,7 @@ class R2D2Learner:
             stream: Which adder (actor) it comes from; frame ids are per stream.
         """
         self.replay.add(record, stream)
+        self.sequences_added += 1
 
     @property
     def ready(self) -> bool:
@@ -83,9 +106,122 @@ class R2D2Learner:
         self.online.set_weights(weights)
         self.update_target()
 
+    def load_weights(self, filepath: str | os.PathLike[str]) -> None:
+        """Loads online weights (the target gets a copy) from a weights file written by
+        `save_weights` or from a checkpoint (only its online weights are used).
+
+        Raises:
+            MissingCheckpointError: If the file does not exist (a `FileNotFoundError`).
+            CorruptCheckpointError: If it is truncated or corrupted (an `OSError`).
+            IncompatibleCheckpointError: If it holds weights of another network (a
+                `ValueError`).
+        """
+        path = os.fspath(filepath)
+        if is_checkpoint_file(path):
+            state = read_checkpoint(path)
+            check_compatible(state, self.config)
+            self._assign("online", self.online.model.weights, state.online_weights, state)
+        else:
+            try:
+                self.online.model.load_weights(path)
+            except (OSError, ValueError) as exc:
+                raise IncompatibleCheckpointError(
+                    path,
+                    f"weights file {path} does not fit this network ({exc}); load weights "
+                    "saved from a network with the same input_shape, nb_actions, "
+                    "lstm_units, dense_units, enable_dueling and image model",
+                ) from exc
+        self.update_target()
+
     def update_target(self) -> None:
         """Copies the online weights into the target network."""
         self._copy()
+
+    # Checkpoints ------------------------------------------------------------------------
+
+    def counters(self) -> TrainingCounters:
+        """The run's counters: env steps and episodes from `run_counters` (zero when it
+        is not set), learner updates and sequences from the learner itself."""
+        base = self.run_counters() if self.run_counters is not None else TrainingCounters()
+        return dataclasses.replace(
+            base, learner_updates=self.updates, sequences_received=self.sequences_added
+        )
+
+    def save(self) -> TrainingState:
+        """The learner's state: online and target weights, the optimizer's variables
+        (Adam's iteration count and moments), `counters()` and the config.
+
+        Write it with `r2d2_agent.checkpoints.write_checkpoint`.
+        """
+        from r2d2_agent import __version__
+
+        self._build_optimizer()
+        variables = self._optimizer_variables()
+        return TrainingState(
+            online_weights=self.online.get_weights(),
+            target_weights=self.target.get_weights(),
+            optimizer_weights=[np.asarray(v.numpy()) for v in variables],
+            weight_names=tuple(v.name for v in self.online.model.weights),
+            optimizer_names=tuple(v.name for v in variables),
+            counters=self.counters(),
+            config=config_as_data(self.config),
+            library_version=__version__,
+        )
+
+    def restore(self, state: TrainingState) -> None:
+        """Continues from `state`: weights, optimizer state, update and sequence counts.
+
+        The replay is not part of a checkpoint: it starts empty and refills.
+
+        Raises:
+            IncompatibleCheckpointError: If the checkpoint was written for a network of
+                another shape (naming the fields or the weight), or with an optimizer
+                of another kind.
+        """
+        check_compatible(state, self.config)
+        changed = changed_fields(state, self.config)
+        if changed:
+            logger.info(
+                "resuming %s with changed settings: %s",
+                state.path,
+                ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items()),
+            )
+        self._assign("online", self.online.model.weights, state.online_weights, state)
+        self._assign("target", self.target.model.weights, state.target_weights, state)
+        self._build_optimizer()
+        self._assign("optimizer", self._optimizer_variables(), state.optimizer_weights, state)
+        self.updates = state.counters.learner_updates
+        self.sequences_added = state.counters.sequences_received
+
+    def _optimizer_variables(self) -> list[Any]:
+        variables = self.optimizer.variables
+        return list(variables() if callable(variables) else variables)
+
+    def _build_optimizer(self) -> None:
+        """Creates the optimizer's slots now (zeros, as the first update would)."""
+        build = getattr(self.optimizer, "build", None)
+        if build is not None:
+            build(self.online.model.trainable_variables)
+
+    @staticmethod
+    def _assign(what: str, variables: list[Any], arrays: list[np.ndarray], state: Any) -> None:
+        if len(variables) != len(arrays):
+            raise IncompatibleCheckpointError(
+                state.path or "checkpoint",
+                f"checkpoint {state.path} holds {len(arrays)} {what} variables, this learner "
+                f"has {len(variables)} (another network or optimizer); resume with the "
+                "settings it was written with",
+            )
+        for i, (variable, array) in enumerate(zip(variables, arrays, strict=True)):
+            if tuple(variable.shape) != tuple(array.shape):
+                raise IncompatibleCheckpointError(
+                    state.path or "checkpoint",
+                    f"checkpoint {state.path}: {what} variable {i} ({variable.name}) has "
+                    f"shape {tuple(array.shape)} in the checkpoint but "
+                    f"{tuple(variable.shape)} here (another image_model or network size?)",
+                )
+        for variable, array in zip(variables, arrays, strict=True):
+            variable.assign(array)
 
     @property
     def beta(self) -> float:
@@ -114,9 +250,22 @@ class R2D2Learner:
             )
         keys, batch, probabilities = self.replay.sample(self.config.batch_size)
         weights = importance_weights(probabilities, len(self.replay), self.beta)
-        loss, priorities, mean_q = self._train(batch, weights.astype(np.float32))
-        priorities = priorities.numpy()
+        priorities = self.learn(batch, weights)
         self.replay.update_priorities(keys, priorities)
+        return self.last_metrics
+
+    def learn(self, batch: dict[str, np.ndarray], is_weights: np.ndarray) -> np.ndarray:
+        """One update on a given batch (what `step` does after sampling).
+
+        Args:
+            batch: A batch of sequences, as `SequenceReplay.sample` returns.
+            is_weights: Importance-sampling weight per sequence.
+
+        Returns:
+            The sequences' new priorities (`last_metrics` holds the update's metrics).
+        """
+        loss, priorities, mean_q = self._train(batch, np.asarray(is_weights, np.float32))
+        priorities = priorities.numpy()
         self.updates += 1
         if self.updates % self.config.target_update_interval == 0:
             self.update_target()
@@ -125,7 +274,7 @@ class R2D2Learner:
             "mean_q": float(mean_q),
             "mean_priority": float(priorities.mean()),
         }
-        return self.last_metrics
+        return priorities
 
     def _copy_graph(self) -> None:
         pairs = zip(self.target.model.weights, self.online.model.weights, strict=True)

@@ -31,6 +31,8 @@ __all__ = ["ChildSetup", "Deferred", "ParentWatch", "bootstrap", "run_child"]
 
 logger = logging.getLogger(__name__)
 
+_VERBOSE_ENV = "R2D2_TF_VERBOSE"  # r2d2_agent.compat.VERBOSE_ENV (compat imports TensorFlow)
+
 T = TypeVar("T")
 
 
@@ -65,6 +67,8 @@ class ChildSetup:
         hide_gpu: Set `CUDA_VISIBLE_DEVICES=-1` so the child never touches a GPU.
         seed: Seeds Python's, numpy's (and TensorFlow's) global generators.
         log_level: Level of the child's root logger, if it has no handler yet.
+        tf_verbose: Show TensorFlow's native start-up logs (True), hide them (False), or
+            follow the inherited `R2D2_TF_VERBOSE` (None).
     """
 
     role: str
@@ -73,13 +77,17 @@ class ChildSetup:
     hide_gpu: bool = False
     seed: int | None = None
     log_level: int = logging.WARNING
+    tf_verbose: bool | None = None
 
 
 def bootstrap(setup: ChildSetup) -> None:
     """Prepares this process as `setup` describes (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent orchestrates shutdown
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by spawn_child
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if setup.tf_verbose is not None:
+        os.environ[_VERBOSE_ENV] = "1" if setup.tf_verbose else "0"
+    if os.environ.get(_VERBOSE_ENV, "0").strip().lower() in ("", "0", "false", "no"):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # compat hides the rest
     os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")  # covers late TF imports
     if setup.hide_gpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = "-1"

@@ -12,12 +12,14 @@ import os
 import sys
 from multiprocessing.connection import Connection
 
+from r2d2_agent.checkpoints import TrainingCounters
 from r2d2_agent.distributed.actor_runner import ActorRunner
 from r2d2_agent.distributed.learner_runner import LearnerRunner
 from r2d2_agent.distributed.messages import (
     ActorSummary,
     EpisodeFinished,
     LearnerSummary,
+    StopRequested,
     WeightsLayout,
     WeightsSegment,
 )
@@ -30,24 +32,51 @@ from r2d2_agent.distributed.mp.weights_channel import (
     SharedWeightsSubscriber,
 )
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart
+from r2d2_agent.roles.hooks import bind_stop_requester
 
 __all__ = ["actor_main", "learner_main"]
 
 
 class _ActorReporter:
-    """`ActorProgress` writing the actor's counter slot and sending episode ends."""
+    """`ActorProgress` writing the actor's counter slots and sending episode ends."""
 
     def __init__(self, counters: RunCounters, index: int, events: Connection) -> None:
         self._counters = counters
         self._index = index
         self._events = events
-        self._base = counters.actor_steps(index)  # a restarted actor continues its count
+        self._episodes = counters.actor_episodes(index)  # restarted: the count goes on
 
     def on_steps(self, total_steps: int) -> None:
-        self._counters.set_actor_steps(self._index, self._base + total_steps)
+        self._counters.set_actor_steps(self._index, total_steps)
 
     def on_episode(self, episode_return: float, episode_steps: int) -> None:
+        self._episodes += 1
+        self._counters.set_actor_episodes(self._index, self._episodes)
         self._events.send(EpisodeFinished(float(episode_return), int(episode_steps)))
+
+
+def _stop_requester(events: Connection, who: str):
+    """What `R2D2Callback.request_stop` calls in a child: a `StopRequested` event."""
+
+    def request(reason: str) -> None:
+        events.send(StopRequested(f"{who}: {reason}"))
+
+    return request
+
+
+def _run_counters(counters: RunCounters):
+    """The learner's view of the run's env steps and episodes (`R2D2Learner.run_counters`)."""
+
+    def read() -> TrainingCounters:
+        episodes = counters.all_actor_episodes()
+        return TrainingCounters(
+            env_steps=counters.total_steps(),
+            episodes=sum(episodes),
+            actor_env_steps=tuple(counters.all_actor_steps()),
+            actor_episodes=tuple(episodes),
+        )
+
+    return read
 
 
 class _LearnerReporter:
@@ -101,7 +130,10 @@ def actor_main(
         progress=_ActorReporter(counters, actor.index, events),
         callbacks=spec.callbacks,
         stream=actor.stream,
+        initial_steps=counters.actor_steps(actor.index),
+        initial_episodes=counters.actor_episodes(actor.index),
     )
+    bind_stop_requester(spec.callbacks, _stop_requester(events, f"actor {actor.index}"))
     stopped = ParentWatch(stop)
 
     def should_stop() -> bool:
@@ -149,8 +181,12 @@ def learner_main(
     learner_start = start.load()
     spec = learner_start.spec
     learner = spec.builder.make_learner()
-    if learner_start.initial_weights is not None:
+    if learner_start.resume is not None:
+        learner.restore(learner_start.resume)
+    elif learner_start.initial_weights is not None:
         learner.set_weights(learner_start.initial_weights)
+    learner.run_counters = _run_counters(counters)
+    bind_stop_requester(spec.callbacks, _stop_requester(events, "learner"))
     events.send(WeightsLayout(WeightsSpec.from_arrays(learner.get_weights())))
     stopped = ParentWatch(stop, every=1)
     while not control.poll(0.1):

@@ -42,8 +42,9 @@ class SharedFlag:
 class RunCounters:
     """Lock-free shared counters of a run; every slot has exactly one writer.
 
-    Actor `i` writes its own env-step count; the learner writes `LEARNER_FIELDS` and the
-    latest loss; the parent only reads.
+    Actor `i` writes its own env-step and episode counts; the learner writes
+    `LEARNER_FIELDS` and the latest loss; the parent only reads, except before any child
+    starts, when it sets the counts a resumed run continues from.
 
     Args:
         ctx: The multiprocessing context of the run.
@@ -52,6 +53,7 @@ class RunCounters:
 
     def __init__(self, ctx: BaseContext, nb_actors: int) -> None:
         self._actor_steps = ctx.RawArray(ctypes.c_int64, nb_actors)
+        self._actor_episodes = ctx.RawArray(ctypes.c_int64, nb_actors)
         self._learner = ctx.RawArray(ctypes.c_int64, len(LEARNER_FIELDS))
         self._loss = ctx.RawValue(ctypes.c_double, float("nan"))
         self._steps_view: np.ndarray | None = None
@@ -72,6 +74,18 @@ class RunCounters:
     def all_actor_steps(self) -> list[int]:
         """Env steps per actor index."""
         return [int(s) for s in self._actor_steps]
+
+    def actor_episodes(self, index: int) -> int:
+        """Episodes finished by actor `index` (over its restarts)."""
+        return int(self._actor_episodes[index])
+
+    def set_actor_episodes(self, index: int, episodes: int) -> None:
+        """Actor `index` only: its finished episodes so far."""
+        self._actor_episodes[index] = episodes
+
+    def all_actor_episodes(self) -> list[int]:
+        """Finished episodes per actor index."""
+        return [int(e) for e in self._actor_episodes]
 
     def total_steps(self) -> int:
         """Env steps summed over all actors."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from r2d2_agent.checkpoints import TrainingState
 from r2d2_agent.distributed.errors import describe_exit
 from r2d2_agent.distributed.messages import (
     ActorSummary,
@@ -31,6 +32,7 @@ from r2d2_agent.distributed.messages import (
     ConnectActor,
     EpisodeFinished,
     LearnerSummary,
+    StopRequested,
     WeightsLayout,
     WeightsSegment,
 )
@@ -59,6 +61,9 @@ class Supervisor:
         initial_weights: Online weights the learner starts from (None: fresh ones).
         on_progress: Called in the parent about ten times a second with a `Progress`.
         ctx: The multiprocessing context; `spawn` when None.
+        resume: A checkpoint's state to continue from: the counters start from its
+            counts (per actor, see `TrainingCounters.env_steps_per_actor`) and the
+            learner gets it in its `LearnerStart`.
     """
 
     def __init__(
@@ -69,6 +74,7 @@ class Supervisor:
         initial_weights: list[np.ndarray] | None = None,
         on_progress: Callable[[Progress], None] | None = None,
         ctx: BaseContext | None = None,
+        resume: TrainingState | None = None,
     ) -> None:
         self.spec = spec
         self.limits = limits
@@ -78,6 +84,15 @@ class Supervisor:
         n = spec.nb_actors
         self.stop = SharedFlag(self.ctx)
         self.counters = RunCounters(self.ctx, n)
+        self.resume = resume
+        if resume is not None:  # before any child starts: the parent is the only writer
+            c = resume.counters
+            for i, (steps, episodes) in enumerate(
+                zip(c.env_steps_per_actor(n), c.episodes_per_actor(n), strict=True)
+            ):
+                self.counters.set_actor_steps(i, steps)
+                self.counters.set_actor_episodes(i, episodes)
+            self.counters.set_learner(updates=c.learner_updates, sequences=c.sequences_received)
         self.learner: ChildProcess | None = None
         self.actors: list[ChildProcess | None] = [None] * n
         self.returns: list[list[float]] = [[] for _ in range(n)]
@@ -92,6 +107,8 @@ class Supervisor:
         self.reason = ""
         self.stopping = False
         self.stop_requested = False
+        self.requested_reason = "requested"
+        self.stop_detail = ""
         self.t0 = time.monotonic()
 
     # Public --------------------------------------------------------------------------
@@ -128,6 +145,9 @@ class Supervisor:
             episode_returns=self.returns,
             actor_restarts=list(self.restarts),
             actor_info=self.actor_info,
+            episodes=sum(self.counters.all_actor_episodes()),
+            stop_detail=self.stop_detail,
+            resumed_from=None if self.resume is None else self.resume.path,
         )
 
     def read_weights(self) -> list[np.ndarray] | None:
@@ -144,9 +164,20 @@ class Supervisor:
         self.version = version
         return arrays
 
-    def request_stop(self) -> None:
-        """Asks the run to stop at its next poll (stop reason "requested")."""
-        self.stop_requested = True
+    def request_stop(self, reason: str = "requested", detail: str = "") -> None:
+        """Asks the run to stop at its next poll.
+
+        Args:
+            reason: The stop reason: "requested" (`R2D2Manager.request_stop`) or
+                "callback" (`R2D2Callback.request_stop`).
+            detail: Who asked and why (`TrainResult.stop_detail`).
+        """
+        if not self.stop_requested:
+            self.stop_requested = True
+            self.requested_reason = reason
+            self.stop_detail = detail
+            if detail:
+                logger.info("stop requested by %s", detail)
 
     def close(self) -> None:
         """Stops every child and releases every resource (idempotent)."""
@@ -184,9 +215,14 @@ class Supervisor:
     def _start_learner(self) -> None:
         spec = self.spec
         control_r, control_w = self.ctx.Pipe(duplex=False)
-        start = LearnerStart(spec, self.limits.nb_trains, self._initial_weights)
+        start = LearnerStart(spec, self.limits.nb_trains, self._initial_weights, self.resume)
         setup = ChildSetup(
-            "learner", None, use_tensorflow=True, seed=spec.config.seed, log_level=spec.log_level
+            "learner",
+            None,
+            use_tensorflow=True,
+            seed=spec.config.seed,
+            log_level=spec.log_level,
+            tf_verbose=spec.options.tf_verbose,
         )
         self.control = control_w
         try:
@@ -223,6 +259,7 @@ class Supervisor:
             hide_gpu=spec.options.actors_on_cpu,
             seed=seed,
             log_level=spec.log_level,
+            tf_verbose=spec.options.tf_verbose,
         )
         try:
             self.actors[i] = spawn_child(
@@ -289,6 +326,8 @@ class Supervisor:
             self.actor_info[child.index] = dataclasses.asdict(message)
         elif isinstance(message, LearnerSummary):
             child.summary = message
+        elif isinstance(message, StopRequested):
+            self.request_stop("callback", message.reason)
         else:
             logger.warning("ignoring an unknown message from the %s: %r", child.name, message)
 
@@ -327,7 +366,7 @@ class Supervisor:
     def _limit_reached(self) -> bool:
         limits = self.limits
         if self.stop_requested:
-            self.reason = "requested"
+            self.reason = self.requested_reason
         elif limits.nb_steps is not None and self.counters.total_steps() >= limits.nb_steps:
             self.reason = "nb_steps"
         elif self._trains_done():
@@ -347,7 +386,7 @@ class Supervisor:
             sequences_received=counters.learner_value("sequences"),
             weights_version=counters.learner_value("version"),
             loss=counters.loss,
-            episodes=sum(map(len, self.returns)),
+            episodes=sum(counters.all_actor_episodes()),
             recent_mean_return=float(np.mean(self.recent)) if self.recent else None,
             actor_pids=tuple(None if a is None or a.exited else a.process.pid for a in self.actors),
             learner_pid=self.learner.process.pid if self.learner else None,

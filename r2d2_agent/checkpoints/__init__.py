@@ -1,0 +1,65 @@
+"""Checkpoints that resume a run: one HDF5 file per checkpoint, written atomically.
+
+* `state`: what a checkpoint holds (`TrainingState`, `TrainingCounters`) and its errors.
+* `h5file`: writing (temporary file, fsync, rename; keeping the last K) and reading
+  (checksums, clear errors naming the file) with h5py.
+* `compatibility`: whether a checkpoint fits a configuration (the fields that shape the
+  network), checked before any process starts.
+
+Nothing here imports TensorFlow, so the manager's parent process can check a checkpoint
+before it starts any child. The file format is described in `h5file`.
+"""
+
+from r2d2_agent.checkpoints.compatibility import (
+    NETWORK_FIELDS,
+    changed_fields,
+    check_compatible,
+    config_as_data,
+)
+from r2d2_agent.checkpoints.h5file import (
+    CHECKPOINT_PATTERN,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    checkpoint_files,
+    checkpoint_name,
+    is_checkpoint_file,
+    latest_checkpoint,
+    prune_checkpoints,
+    read_checkpoint,
+    resolve_checkpoint,
+    write_checkpoint,
+)
+from r2d2_agent.checkpoints.state import (
+    CheckpointError,
+    CorruptCheckpointError,
+    IncompatibleCheckpointError,
+    MissingCheckpointError,
+    TrainingCounters,
+    TrainingState,
+    spread_counts,
+)
+
+__all__ = [
+    "CHECKPOINT_PATTERN",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "NETWORK_FIELDS",
+    "CheckpointError",
+    "CorruptCheckpointError",
+    "IncompatibleCheckpointError",
+    "MissingCheckpointError",
+    "TrainingCounters",
+    "TrainingState",
+    "changed_fields",
+    "check_compatible",
+    "checkpoint_files",
+    "checkpoint_name",
+    "config_as_data",
+    "is_checkpoint_file",
+    "latest_checkpoint",
+    "prune_checkpoints",
+    "read_checkpoint",
+    "resolve_checkpoint",
+    "spread_counts",
+    "write_checkpoint",
+]

@@ -1,0 +1,330 @@
+"""Checkpoint files: one HDF5 file each, written atomically, read with clear errors.
+
+Layout of a checkpoint (format version 1)::
+
+    /                 attrs: format = "r2d2-agent checkpoint", format_version = 1,
+                             library_version, created (Unix time), config (JSON text of
+                             `R2D2Config.to_dict()`)
+    /online/0000 ...  the online network's weights, `get_weights()` order
+                      (each dataset: attrs name, crc32)
+    /target/0000 ...  the target network's weights, same order
+    /optimizer/0000   the optimizer's variables (Adam: iteration count, then m and v per
+                      variable), attrs name, crc32
+    /counters         attrs env_steps, learner_updates, episodes, sequences_received;
+                      datasets actor_env_steps, actor_episodes (int64, per actor index)
+    /replay           reserved: the replay memory (not written yet; a reader ignores
+                      groups it does not know, so adding it needs no new format version)
+
+Every dataset carries the CRC-32 of its bytes, checked on reading, so a corrupted file
+is refused instead of loaded. Loading uses h5py only: no pickle, no code from the file.
+
+Writing goes to a temporary file in the same directory, which is flushed, fsynced and
+renamed over the target (an atomic step on POSIX), then the directory is fsynced: a
+process killed at any moment leaves the previous checkpoint intact. In a checkpoint
+directory the files are named `ckpt-<N>.h5` (N: learner updates, or the single-process
+agent's env steps), and `prune_checkpoints` keeps the last K.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import zlib
+from collections.abc import Sequence
+
+import h5py
+import numpy as np
+
+from r2d2_agent.checkpoints.state import (
+    CheckpointError,
+    CorruptCheckpointError,
+    MissingCheckpointError,
+    TrainingCounters,
+    TrainingState,
+)
+
+__all__ = [
+    "CHECKPOINT_PATTERN",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "checkpoint_files",
+    "checkpoint_name",
+    "is_checkpoint_file",
+    "latest_checkpoint",
+    "prune_checkpoints",
+    "read_checkpoint",
+    "resolve_checkpoint",
+    "write_checkpoint",
+]
+
+logger = logging.getLogger(__name__)
+
+FORMAT_NAME = "r2d2-agent checkpoint"
+FORMAT_VERSION = 1
+CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d+)\.h5$")
+"""Names of the checkpoints in a checkpoint directory: `ckpt-<N>.h5`."""
+
+_WHAT_TO_DO = (
+    "Resume from an earlier checkpoint (CheckpointCallback keeps the last few in the same "
+    "directory) or start without resume_from."
+)
+_COUNTER_ATTRS = ("env_steps", "learner_updates", "episodes", "sequences_received")
+
+
+def checkpoint_name(number: int) -> str:
+    """File name of checkpoint `number` in a checkpoint directory: `ckpt-<number>.h5`."""
+    return f"ckpt-{int(number):010d}.h5"
+
+
+# Writing ---------------------------------------------------------------------------------
+
+
+def _write_arrays(
+    file: h5py.File, group_name: str, arrays: Sequence[np.ndarray], names: Sequence[str]
+) -> None:
+    group = file.create_group(group_name)
+    group.attrs["count"] = len(arrays)
+    for i, array in enumerate(arrays):
+        array = np.asarray(array, order="C")
+        dataset = group.create_dataset(f"{i:04d}", data=array)
+        dataset.attrs["crc32"] = zlib.crc32(array.tobytes())
+        dataset.attrs["name"] = names[i] if i < len(names) else ""
+
+
+def _fsync_path(path: str, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems do not fsync directories; the rename still holds
+        if not directory:
+            raise
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint(path: str | os.PathLike[str], state: TrainingState) -> str:
+    """Writes `state` to the HDF5 file `path`, atomically (temp file, fsync, rename).
+
+    Args:
+        path: The checkpoint file to write (replaced if it exists).
+        state: What to write.
+
+    Returns:
+        The path written.
+    """
+    from r2d2_agent import __version__
+
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with h5py.File(tmp, "w") as file:
+            file.attrs["format"] = FORMAT_NAME
+            file.attrs["format_version"] = FORMAT_VERSION
+            file.attrs["library_version"] = state.library_version or __version__
+            file.attrs["created"] = time.time()
+            file.attrs["config"] = json.dumps(state.config, sort_keys=True)
+            _write_arrays(file, "online", state.online_weights, state.weight_names)
+            _write_arrays(file, "target", state.target_weights, state.weight_names)
+            _write_arrays(file, "optimizer", state.optimizer_weights, state.optimizer_names)
+            counters = file.create_group("counters")
+            for name in _COUNTER_ATTRS:
+                counters.attrs[name] = getattr(state.counters, name)
+            for name in ("actor_env_steps", "actor_episodes"):
+                values = np.asarray(getattr(state.counters, name), dtype=np.int64)
+                counters.create_dataset(name, data=values)
+        _fsync_path(tmp)
+        os.replace(tmp, path)
+        _fsync_path(directory, directory=True)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def prune_checkpoints(directory: str | os.PathLike[str], keep: int) -> list[str]:
+    """Deletes all but the `keep` highest-numbered checkpoints of `directory`.
+
+    Returns:
+        The deleted files.
+    """
+    files = checkpoint_files(directory)
+    doomed = [path for _, path in files[: max(0, len(files) - keep)]]
+    for path in doomed:
+        try:
+            os.remove(path)
+        except FileNotFoundError:  # pruned by another writer meanwhile
+            pass
+    return doomed
+
+
+# Finding ---------------------------------------------------------------------------------
+
+
+def checkpoint_files(directory: str | os.PathLike[str]) -> list[tuple[int, str]]:
+    """The checkpoints of a directory as (N, path), oldest (lowest N) first.
+
+    Temporary files of writes in progress (or of writers that were killed) are ignored.
+    """
+    directory = os.fspath(directory)
+    found = []
+    for name in os.listdir(directory):
+        match = CHECKPOINT_PATTERN.match(name)
+        if match:
+            found.append((int(match.group(1)), os.path.join(directory, name)))
+    return sorted(found)
+
+
+def latest_checkpoint(directory: str | os.PathLike[str]) -> str | None:
+    """The highest-numbered checkpoint of `directory` (None if it holds none)."""
+    files = checkpoint_files(directory)
+    return files[-1][1] if files else None
+
+
+def resolve_checkpoint(path: str | os.PathLike[str]) -> str:
+    """The checkpoint file that `path` names: the file itself, or a directory's latest.
+
+    Raises:
+        MissingCheckpointError: If `path` does not exist, or is a directory without
+            checkpoints.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise MissingCheckpointError(
+                path,
+                f"checkpoint directory {path} holds no checkpoint (files named ckpt-<N>.h5); "
+                "give a checkpoint file or the directory a CheckpointCallback wrote to",
+            )
+        return latest
+    if not os.path.exists(path):
+        raise MissingCheckpointError(path, f"checkpoint {path} does not exist")
+    return path
+
+
+# Reading ---------------------------------------------------------------------------------
+
+
+_WEIGHTS_WHAT_TO_DO = (
+    "If it is still being written or copied, wait until it is complete; otherwise load an "
+    "earlier file (save_weights and CheckpointCallback write through a temporary file and a "
+    "rename, so their own files are never half-written)."
+)
+
+
+def _open(path: str, what_to_do: str = _WHAT_TO_DO) -> h5py.File:
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise CorruptCheckpointError(
+            path,
+            f"{path} cannot be read: it is truncated or corrupted, or not an HDF5 file "
+            f"(h5py: {exc}). {what_to_do}",
+        ) from exc
+
+
+def is_checkpoint_file(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is an r2d2-agent checkpoint (else, e.g., a Keras weights file).
+
+    Raises:
+        MissingCheckpointError: If the file does not exist.
+        CorruptCheckpointError: If it cannot be opened as HDF5 (truncated, corrupted).
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise MissingCheckpointError(path, f"weights file {path} does not exist")
+    with _open(path, _WEIGHTS_WHAT_TO_DO) as file:
+        return file.attrs.get("format") == FORMAT_NAME
+
+
+def _read_arrays(file: h5py.File, group_name: str, path: str) -> tuple[list[np.ndarray], list]:
+    if group_name not in file:
+        raise CorruptCheckpointError(
+            path, f"checkpoint {path} has no '{group_name}' group: it is incomplete. {_WHAT_TO_DO}"
+        )
+    group = file[group_name]
+    count = int(group.attrs["count"])
+    arrays, names = [], []
+    for i in range(count):
+        dataset = group[f"{i:04d}"]
+        array = np.asarray(dataset[()], order="C")
+        if zlib.crc32(array.tobytes()) != int(dataset.attrs["crc32"]):
+            raise CorruptCheckpointError(
+                path,
+                f"checkpoint {path} is corrupted: {group_name}/{i:04d} "
+                f"({dataset.attrs.get('name', '')}) fails its checksum. {_WHAT_TO_DO}",
+            )
+        arrays.append(array)
+        names.append(str(dataset.attrs.get("name", "")))
+    return arrays, names
+
+
+def _read(file: h5py.File, path: str) -> TrainingState:
+    fmt = file.attrs.get("format")
+    if fmt != FORMAT_NAME:
+        raise CorruptCheckpointError(
+            path,
+            f"{path} is not an r2d2-agent checkpoint (no '{FORMAT_NAME}' format mark); a "
+            "weights file written by save_weights loads with R2D2Agent.load_weights",
+        )
+    version = int(file.attrs["format_version"])
+    if version > FORMAT_VERSION:
+        raise CorruptCheckpointError(
+            path,
+            f"checkpoint {path} has format version {version}, newer than this library's "
+            f"{FORMAT_VERSION}: upgrade r2d2-agent to read it",
+        )
+    config = json.loads(file.attrs["config"])
+    online, weight_names = _read_arrays(file, "online", path)
+    target, _ = _read_arrays(file, "target", path)
+    optimizer, optimizer_names = _read_arrays(file, "optimizer", path)
+    group = file["counters"]
+    counters = TrainingCounters(
+        **{name: int(group.attrs[name]) for name in _COUNTER_ATTRS},
+        actor_env_steps=tuple(int(v) for v in group["actor_env_steps"][()]),
+        actor_episodes=tuple(int(v) for v in group["actor_episodes"][()]),
+    )
+    return TrainingState(
+        online_weights=online,
+        target_weights=target,
+        optimizer_weights=optimizer,
+        weight_names=tuple(weight_names),
+        optimizer_names=tuple(optimizer_names),
+        counters=counters,
+        config=config,
+        library_version=str(file.attrs["library_version"]),
+        path=path,
+    )
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> TrainingState:
+    """Reads a checkpoint file, or the latest checkpoint of a directory.
+
+    Args:
+        path: A checkpoint file, or a directory of `ckpt-<N>.h5` files.
+
+    Returns:
+        The state, with `path` set to the file read.
+
+    Raises:
+        MissingCheckpointError: If there is no such file (or no checkpoint in the
+            directory).
+        CorruptCheckpointError: If the file is truncated, corrupted (a checksum fails),
+            incomplete, or not an r2d2-agent checkpoint.
+    """
+    file_path = resolve_checkpoint(path)
+    with _open(file_path) as file:
+        try:
+            return _read(file, file_path)
+        except CheckpointError:
+            raise
+        except (OSError, KeyError, ValueError, TypeError) as exc:
+            raise CorruptCheckpointError(
+                file_path,
+                f"checkpoint {file_path} is corrupted ({type(exc).__name__}: {exc}). {_WHAT_TO_DO}",
+            ) from exc

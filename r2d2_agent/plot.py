@@ -1,0 +1,154 @@
+"""The learning curve of a run directory, drawn with matplotlib.
+
+    python -m r2d2_agent.plot RUN_DIR [-o FILE.png] [--window 20]
+
+Top: episode return against env steps (all actors together): one faint line per actor,
+the moving average over all actors' episodes, and the evaluation points when the run has
+any. Bottom: the learner's loss (and mean Q on a second axis) against env steps. Without
+`-o` the picture is written to `RUN_DIR/learning_curve.png`. Also available at the end of
+a run as `RunLogCallback(..., plot=True)`.
+
+This module imports matplotlib (never TensorFlow); the TF-free layers never import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from r2d2_agent.runlog import RunLog, read_run
+
+__all__ = ["DEFAULT_NAME", "main", "moving_average", "plot_run"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_NAME = "learning_curve.png"
+"""File name of the picture inside the run directory when no output is given."""
+
+
+def moving_average(values: Sequence[float], window: int) -> np.ndarray:
+    """Trailing mean over the last `window` values (fewer at the start)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return values
+    sums = np.cumsum(np.insert(values, 0, 0.0))
+    idx = np.arange(1, values.size + 1)
+    start = np.maximum(idx - window, 0)
+    return (sums[idx] - sums[start]) / (idx - start)
+
+
+def _draw_returns(ax, log: RunLog, window: int) -> None:
+    episodes = log.episodes_by_time()
+    if not episodes:
+        ax.text(0.5, 0.5, "no finished episode yet", ha="center", transform=ax.transAxes)
+    for index in sorted(log.actors):
+        mine = [e for e in episodes if int(e.get("actor", 0)) == index]
+        x = [e["total_env_steps"] for e in mine]
+        y = [e.get("episode_return") for e in mine]
+        ax.plot(x, y, lw=0.8, alpha=0.45, label=f"actor {index}")
+    if episodes:
+        x = [e["total_env_steps"] for e in episodes]
+        y = moving_average([e.get("episode_return") or 0.0 for e in episodes], window)
+        ax.plot(x, y, color="black", lw=2.0, label=f"all actors, mean of last {window}")
+    if log.evaluations:
+        x = [e.get("env_steps", 0) for e in log.evaluations]
+        y = [e.get("mean_return") for e in log.evaluations]
+        ax.plot(x, y, "o", color="tab:red", ms=6, label="evaluation (mean return)")
+    ax.set_xlabel("env steps (all actors)")
+    ax.set_ylabel("episode return")
+    ax.grid(alpha=0.3)
+    if episodes or log.evaluations:
+        ax.legend(loc="best", fontsize="small")
+
+
+def _draw_learner(ax, log: RunLog) -> None:
+    records = [r for r in log.learner if r.get("loss") is not None]
+    if not records:
+        ax.text(0.5, 0.5, "no learner update logged", ha="center", transform=ax.transAxes)
+        ax.set_xlabel("env steps")
+        return
+    use_steps = all("env_steps" in r for r in records)
+    x = [r["env_steps"] if use_steps else r.get("updates", 0) for r in records]
+    loss = [r["loss"] for r in records]
+    ax.plot(x, loss, color="tab:blue", lw=1.2, label="TD loss")
+    if min(loss) > 0:
+        ax.set_yscale("log")
+    ax.set_ylabel("TD loss", color="tab:blue")
+    ax.set_xlabel("env steps (all actors)" if use_steps else "learner updates")
+    ax.grid(alpha=0.3)
+    mean_q = [r.get("mean_q") for r in records]
+    if all(q is not None for q in mean_q):
+        twin = ax.twinx()
+        twin.plot(x, mean_q, color="tab:orange", lw=1.0, label="mean Q")
+        twin.set_ylabel("mean Q (network units)", color="tab:orange")
+
+
+def plot_run(
+    run_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None, window: int = 20
+) -> str:
+    """Draws the learning curve of `run_dir` into a PNG file.
+
+    Args:
+        run_dir: A run directory written by `RunLogCallback`.
+        output: The PNG file; `run_dir/learning_curve.png` when None.
+        window: Episodes in the moving average.
+
+    Returns:
+        The file written.
+
+    Raises:
+        FileNotFoundError: If `run_dir` does not exist.
+        ValueError: If it holds no run log, or `window` is below 1.
+    """
+    from matplotlib.figure import Figure
+
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window!r}")
+    log = read_run(run_dir)
+    output = os.fspath(output) if output is not None else os.path.join(run_dir, DEFAULT_NAME)
+    figure = Figure(figsize=(10, 7.5), layout="constrained")
+    ax_returns, ax_learner = figure.subplots(2, 1)
+    _draw_returns(ax_returns, log, window)
+    _draw_learner(ax_learner, log)
+    title = os.path.basename(os.path.normpath(os.fspath(run_dir)))
+    if log.info and "config" in log.info:
+        config = log.info["config"]
+        title += f"  (lstm {config.get('lstm_units')}, lr {config.get('learning_rate')})"
+    figure.suptitle(title)
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    tmp = f"{output}.{os.getpid()}.tmp.png"
+    try:
+        figure.savefig(tmp, dpi=100)
+        os.replace(tmp, output)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return output
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: `python -m r2d2_agent.plot RUN_DIR [-o FILE.png]`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m r2d2_agent.plot",
+        description="Draw return vs env steps and the learner loss of an r2d2-agent run.",
+    )
+    parser.add_argument("run_dir", help="a run directory written by RunLogCallback")
+    parser.add_argument("-o", "--output", help=f"PNG file (default: RUN_DIR/{DEFAULT_NAME})")
+    parser.add_argument("--window", type=int, default=20, help="episodes in the moving average")
+    args = parser.parse_args(argv)
+    try:
+        path = plot_run(args.run_dir, args.output, args.window)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Reading a run directory back: `read_run(directory) -> RunLog`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from r2d2_agent.runlog.files import EVAL_FILE, INFO_FILE, LEARNER_FILE
+
+__all__ = ["RunLog", "read_jsonl", "read_run"]
+
+logger = logging.getLogger(__name__)
+
+_ACTOR_NAME = re.compile(r"^actor-(\d+)\.jsonl$")
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]:
+    """Records of a JSON-lines file, and how many lines were skipped.
+
+    A last line without its newline (its writer was killed in the middle of it) and
+    lines that do not parse are skipped, not fatal.
+
+    Returns:
+        (records, skipped lines); ([], 0) when the file does not exist.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        return [], 0
+    with open(path, "rb") as file:
+        data = file.read()
+    lines = data.split(b"\n")
+    skipped = 1 if lines[-1] else 0  # a torn last line
+    records = []
+    for line in lines[:-1]:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            skipped += 1
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            skipped += 1
+    if skipped:
+        logger.warning("%s: skipped %d torn or unreadable line(s)", path, skipped)
+    return records, skipped
+
+
+@dataclass(frozen=True)
+class RunLog:
+    """What a run directory holds.
+
+    Attributes:
+        directory: The run directory.
+        actors: Actor index -> its episode records, in file order.
+        learner: The learner's records.
+        evaluations: Evaluation records.
+        info: `run.json` (config, library version, start time), if present.
+        skipped_lines: Lines skipped as torn or unreadable.
+    """
+
+    directory: str
+    actors: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    learner: list[dict[str, Any]] = field(default_factory=list)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    info: dict[str, Any] | None = None
+    skipped_lines: int = 0
+
+    @property
+    def episodes(self) -> int:
+        """Episode records over all actors."""
+        return sum(len(records) for records in self.actors.values())
+
+    def episodes_by_time(self) -> list[dict[str, Any]]:
+        """Every actor's episodes in time order, each with `total_env_steps`: the sum
+        over actors of their env steps at their latest episode end by then (an estimate
+        of the run's env steps, short by at most one episode per actor)."""
+        merged = sorted(
+            (r for records in self.actors.values() for r in records),
+            key=lambda r: (r.get("time", 0.0), r.get("actor", 0)),
+        )
+        latest: dict[int, int] = {}
+        out = []
+        for record in merged:
+            latest[int(record.get("actor", 0))] = int(record.get("env_steps", 0))
+            out.append({**record, "total_env_steps": sum(latest.values())})
+        return out
+
+
+def read_run(directory: str | os.PathLike[str]) -> RunLog:
+    """Loads a run directory written by `RunLogCallback`.
+
+    Raises:
+        FileNotFoundError: If `directory` does not exist.
+        ValueError: If it holds no run log (no `actor-<i>.jsonl`, `learner.jsonl` or
+            `eval.jsonl`).
+    """
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"run directory {directory} does not exist")
+    skipped = 0
+    actors: dict[int, list[dict[str, Any]]] = {}
+    for name in sorted(os.listdir(directory)):
+        match = _ACTOR_NAME.match(name)
+        if match:
+            records, bad = read_jsonl(os.path.join(directory, name))
+            actors[int(match.group(1))] = records
+            skipped += bad
+    learner, bad = read_jsonl(os.path.join(directory, LEARNER_FILE))
+    skipped += bad
+    evaluations, bad = read_jsonl(os.path.join(directory, EVAL_FILE))
+    skipped += bad
+    info_path = os.path.join(directory, INFO_FILE)
+    info = None
+    if os.path.exists(info_path):
+        with open(info_path, encoding="utf-8") as file:
+            info = json.load(file)
+    if not actors and not learner and not evaluations:
+        raise ValueError(
+            f"{directory} holds no run log (actor-<i>.jsonl, learner.jsonl or eval.jsonl); "
+            "give the directory a RunLogCallback wrote to"
+        )
+    return RunLog(directory, dict(sorted(actors.items())), learner, evaluations, info, skipped)
