@@ -148,6 +148,12 @@ class R2D2Config:
     action per env step, in [0, 1]."""
     epsilon_alpha: float = 7.0
     """Exponent α of the Ape-X ε schedule (dimensionless, >= 0)."""
+    epsilon_start: float | None = None
+    """ε at an actor's first env step, annealed linearly to its final ε (`epsilon`, or
+    its Ape-X ε_i) over `epsilon_anneal_steps` of its env steps, as DQN does; None keeps
+    ε fixed (the paper's actors). A probability in [0, 1]."""
+    epsilon_anneal_steps: int = 0
+    """Env steps (of each actor) of the ε ramp from `epsilon_start`; 0 means no ramp."""
     test_epsilon: float = 0.0
     """ε of `R2D2Agent.test` and evaluations, a probability in [0, 1] (0 = greedy)."""
     seed: int | None = None
@@ -179,6 +185,9 @@ class R2D2Config:
         for name in positive:
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("lstm_units", self.lstm_units, minimum=0)
+        _check_int("epsilon_anneal_steps", self.epsilon_anneal_steps, minimum=0)
+        if self.epsilon_start is not None:
+            _check_range("epsilon_start", self.epsilon_start, 0.0, 1.0)
         if self.is_anneal_updates is not None:
             _check_int("is_anneal_updates", self.is_anneal_updates, minimum=1)
         _check_int("burnin", self.burnin, minimum=0)

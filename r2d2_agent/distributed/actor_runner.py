@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from r2d2_agent.distributed.interfaces import ExperienceSender, WeightsSubscriber
 from r2d2_agent.distributed.messages import Experience
+from r2d2_agent.math import annealed_epsilon
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeLoop, EpisodeObserver, EpisodeResult, Transition
@@ -48,7 +49,9 @@ class ActorRunner(EpisodeObserver):
         sender: Where experience goes.
         subscriber: Where weights come from; pulled every `config.actor_sync_interval`
             env steps.
-        epsilon: Exploration rate (e.g. its Ape-X epsilon_i).
+        epsilon: Exploration rate (e.g. its Ape-X epsilon_i); with `config.epsilon_start`
+            the actor starts there and anneals to this over `config.epsilon_anneal_steps`
+            of its env steps.
         seed: Seeds the env's first reset, its action space and the actor's exploration.
         send_batch_size: Items gathered before one `send` (also sent at episode ends).
         progress: Optional progress sink.
@@ -88,6 +91,7 @@ class ActorRunner(EpisodeObserver):
         self.callbacks = tuple(callbacks)
         self.stream = stream
         adder = builder.make_adder(self._collect)
+        self.final_epsilon = float(epsilon)
         self.actor = builder.make_actor(builder.make_policy(), adder, epsilon, seed)
         self.steps = int(initial_steps)
         """Env steps this actor index took (over restarts and resumed runs)."""
@@ -97,6 +101,7 @@ class ActorRunner(EpisodeObserver):
         """Experience items the sender accepted."""
         self.weight_pulls = 0
         """Weight sets taken from the subscriber."""
+        self._anneal_epsilon()
         self._pending: list[Experience] = []
         self._steps_unsent = 0
         self._steps_since_sync = 0
@@ -135,6 +140,7 @@ class ActorRunner(EpisodeObserver):
 
     def on_step_end(self, episode_step: int, transition: Transition) -> None:
         self.steps += 1
+        self._anneal_epsilon()
         self._steps_unsent += 1
         self._steps_since_sync += 1
         if self.progress is not None:
@@ -151,6 +157,12 @@ class ActorRunner(EpisodeObserver):
 
     def should_stop(self) -> bool:
         return self._refused
+
+    def _anneal_epsilon(self) -> None:
+        config = self.config
+        self.actor.epsilon = annealed_epsilon(
+            config.epsilon_start, self.final_epsilon, config.epsilon_anneal_steps, self.steps
+        )
 
     # Experience out, weights in ------------------------------------------------------
 

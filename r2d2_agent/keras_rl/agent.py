@@ -27,7 +27,7 @@ from r2d2_agent.config import R2D2Config
 from r2d2_agent.envs.checks import check_env_matches_config
 from r2d2_agent.envs.gymnasium_env import GymnasiumEnv, as_keras_rl_env
 from r2d2_agent.image_models import ImageModel
-from r2d2_agent.math import inverse_rescale
+from r2d2_agent.math import annealed_epsilon, inverse_rescale
 from r2d2_agent.networks.weights_io import save_weights_atomic
 from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
@@ -49,7 +49,8 @@ class R2D2Agent(rl_core.Agent):
         config: The agent's configuration.
         image_model: Encoder for image inputs (`DQNImageModel` by default).
         processor: An optional keras-rl `Processor` applied to env outputs and actions.
-        epsilon: Exploration rate while training; `config.epsilon` when None.
+        epsilon: Final exploration rate while training; `config.epsilon` when None
+            (reached after `config.epsilon_anneal_steps` with `config.epsilon_start`).
         observation_dtype: Storage dtype of observations; None stores images as uint8 and
             values as float32.
         use_numpy_policy: Act with the numpy forward pass (None: whenever the network
@@ -203,12 +204,21 @@ class R2D2Agent(rl_core.Agent):
         """
         self.step += 1  # training env steps over all fit() calls (a plain int)
         self._steps_since_sync += 1
+        self.actor.epsilon = self.training_epsilon()
         if self.step % self.config.train_interval == 0 and self.learner.ready:
             metrics = self.learner.step()
             self._metrics = [metrics[name] for name in METRIC_NAMES]
         if self._steps_since_sync >= self.config.actor_sync_interval:
             self.sync_actor()
         return self.last_metrics
+
+    def training_epsilon(self) -> float:
+        """The exploration rate at the current training step: `train_epsilon`, or with
+        `config.epsilon_start` the linear ramp from it over `epsilon_anneal_steps`."""
+        config = self.config
+        return annealed_epsilon(
+            config.epsilon_start, self.train_epsilon, config.epsilon_anneal_steps, self.step
+        )
 
     def sync_actor(self) -> None:
         """Copies the learner's weights into the acting policy."""
@@ -359,7 +369,7 @@ class R2D2Agent(rl_core.Agent):
                 return history
         seed = self.config.seed if self.config.seed is not None else keras_env.take_seed()
         self.training = True
-        self.actor.epsilon = self.train_epsilon
+        self.actor.epsilon = self.training_epsilon()
         return run_keras_rl_loop(
             self,
             keras_env,

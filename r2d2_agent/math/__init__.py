@@ -7,11 +7,12 @@ imports TensorFlow) serves the learner's compiled graph and is tested against th
 
 from r2d2_agent.math.priorities import importance_weights, sequence_priorities
 from r2d2_agent.math.rescaling import RESCALE_EPS, inverse_rescale, rescale
-from r2d2_agent.math.schedules import apex_epsilon, linear_schedule
+from r2d2_agent.math.schedules import annealed_epsilon, apex_epsilon, linear_schedule
 from r2d2_agent.math.targets import n_step_returns, n_step_targets, td_errors
 
 __all__ = [
     "RESCALE_EPS",
+    "annealed_epsilon",
     "apex_epsilon",
     "importance_weights",
     "inverse_rescale",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["apex_epsilon", "linear_schedule"]
+__all__ = ["annealed_epsilon", "apex_epsilon", "linear_schedule"]
 
 
 def linear_schedule(start: float, end: float, duration: int, t: float) -> float:
@@ -55,3 +55,21 @@ def apex_epsilon(index: int, nb_actors: int, epsilon: float = 0.4, alpha: float 
     if nb_actors == 1:
         return float(epsilon)
     return float(epsilon ** (1.0 + alpha * index / (nb_actors - 1)))
+
+
+def annealed_epsilon(start: float | None, final: float, anneal_steps: int, step: int) -> float:
+    """An actor's exploration rate at its env step `step`: `start` annealed linearly to
+    `final` over `anneal_steps` steps (DQN's schedule), `final` afterwards.
+
+    Args:
+        start: Rate at step 0; None means no ramp (always `final`).
+        final: Rate from step `anneal_steps` on (e.g. the actor's Ape-X epsilon_i).
+        anneal_steps: Length of the ramp in env steps, at least 0.
+        step: The actor's env steps so far.
+
+    Returns:
+        The rate, in the interval between `start` and `final`.
+    """
+    if start is None:
+        return float(final)
+    return linear_schedule(start, final, anneal_steps, step)
