@@ -1,12 +1,20 @@
 """R2D2 on an Atari game with an R2D2Manager (needs `pip install -e ".[atari]"`).
 
-    python examples/atari.py --env ALE/Pong-v5 --actors 4 --nb-steps 2000000
+    python examples/atari.py --env ALE/Breakout-v5 --actors 1 --max-seconds 3600
+    python examples/atari.py --env ALE/Pong-v5 --paper --actors 8        # the paper's settings
+    python examples/atari.py --resume runs/<run>/checkpoints --nb-steps 400000
 
-Frames are preprocessed by gymnasium's `AtariPreprocessing` (84x84 grayscale, frame
-skip 4, no sticky-action changes) and stacked by R2D2 itself (`input_sequence=4`,
-`InputType.GRAY_2ch`). The image torso is `DQNImageModel`; pass `--r2d3` for the
-residual `R2D3ImageModel`. On this 2-core CPU machine this only demonstrates the
-wiring: a learner update at the paper's size takes seconds here (see benchmarks).
+Frames come from gymnasium's `AtariPreprocessing` (84x84 grayscale, frame skip 4, up to
+30 no-op starts, optionally a terminal on each life lost; no reward clipping: R2D2
+rescales values instead) and are stored once each, as uint8. R2D2 stacks 4 of them
+(`InputType.GRAY_2ch`, `input_sequence=4`; `--no-stack` leaves memory to the LSTM alone).
+The image torso is `DQNImageModel` (`--r2d3`: the residual `R2D3ImageModel`).
+
+The default configuration is sized for a small CPU machine (shorter sequences, a smaller
+batch and LSTM than the paper, so that a learner update takes a fraction of a second);
+`--paper` uses the paper's settings. The replay is the largest that fits in half of this
+machine's memory. A run directory holds the logs, TensorBoard summaries, checkpoints and
+the learning curve; the script prints where they are.
 """
 
 import argparse
@@ -23,69 +31,112 @@ from r2d2_agent.callbacks import CheckpointCallback, RunLogCallback
 from r2d2_agent.image_models import DQNImageModel, R2D3ImageModel
 from r2d2_agent.replay import largest_memory_capacity
 
+# A CPU-sized R2D2: 10 burn-in + 20 trained + 5 look-ahead steps per sequence, windows
+# every 10 steps, 16 sequences per update, LSTM and dense layers of 256.
+CPU_SIZED = dict(
+    burnin=10,
+    input_length=20,
+    multisteps=5,
+    sequence_period=10,
+    batch_size=16,
+    lstm_units=256,
+    dense_units=256,
+    learning_rate=2.5e-4,
+    target_update_interval=1_000,
+    memory_warmup=200,
+    epsilon_start=1.0,
+    epsilon_anneal_steps=20_000,
+    epsilon=0.05,
+    actor_sync_interval=200,
+)
 
-def make_atari(env_id: str) -> gym.Env:
-    """An Atari env with the standard DQN preprocessing (a picklable module function)."""
+
+def make_atari(env_id: str, terminal_on_life_loss: bool = False) -> gym.Env:
+    """An Atari env with the standard preprocessing (a picklable module function)."""
     import ale_py
 
     gym.register_envs(ale_py)
-    env = gym.make(env_id, frameskip=1)
+    env = gym.make(env_id, frameskip=1)  # AtariPreprocessing does the frame skip
     return gym.wrappers.AtariPreprocessing(
-        env, frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=30
+        env,
+        noop_max=30,
+        frame_skip=4,
+        screen_size=84,
+        terminal_on_life_loss=terminal_on_life_loss,
+        grayscale_obs=True,
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="ALE/Pong-v5")
-    parser.add_argument("--actors", type=int, default=4)
-    parser.add_argument("--nb-steps", type=int, default=2_000_000)
-    parser.add_argument("--max-seconds", type=float, default=None)
+    parser.add_argument("--env", default="ALE/Breakout-v5", help="any ALE game id")
+    parser.add_argument("--actors", type=int, default=1, help="actor processes")
+    parser.add_argument("--nb-steps", type=int, default=2_000_000, help="env steps in all")
+    parser.add_argument("--max-seconds", type=float, default=None, help="wall-time limit")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--r2d3", action="store_true", help="use the R2D3 residual torso")
+    parser.add_argument("--paper", action="store_true", help="the paper's settings")
+    parser.add_argument("--r2d3", action="store_true", help="the R2D3 residual torso")
+    parser.add_argument("--no-stack", action="store_true", help="1 frame per input (LSTM only)")
+    parser.add_argument("--life-loss", action="store_true", help="a life lost ends an episode")
+    parser.add_argument("--memory-capacity", type=int, help="replay sequences (default: fit)")
+    parser.add_argument("--run-dir", help="run directory (default: runs/<run name>)")
+    parser.add_argument("--resume", help="checkpoint file or directory to continue from")
+    parser.add_argument("--eval-episodes", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
-    env_factory = functools.partial(make_atari, args.env)
+    # 1. A picklable env factory: every actor process builds its own env from it.
+    env_factory = functools.partial(make_atari, args.env, args.life_loss)
     probe = env_factory()
     nb_actions = int(probe.action_space.n)
     probe.close()
 
-    # The paper's settings, with the batch and the replay sized for one machine: the
-    # largest replay (in sequences; every frame stored once, as uint8) that fits in half
-    # of this machine's memory, from the estimate.
+    # 2. Configuration: the paper's or the CPU-sized one, with a replay that fits.
     config = R2D2Config(
         input_shape=(84, 84),
         nb_actions=nb_actions,
         input_type=InputType.GRAY_2ch,
-        input_sequence=4,
-        batch_size=32,
+        input_sequence=1 if args.no_stack else 4,
         seed=args.seed,
+        **({} if args.paper else CPU_SIZED),
     )
     half_memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    capacity = min(config.memory_capacity, largest_memory_capacity(config, half_memory))
-    config = config.replace(memory_capacity=capacity)
+    capacity = args.memory_capacity or largest_memory_capacity(config, half_memory)
+    capacity = min(config.memory_capacity, capacity)
+    config = config.replace(memory_capacity=capacity, memory_warmup=min(config.warmup, capacity))
     image_model = R2D3ImageModel() if args.r2d3 else DQNImageModel()
-    run_dir = f"runs/{args.env.replace('/', '_')}__r2d2__{args.seed}__{int(time.time())}"
-    callbacks = [
-        RunLogCallback(run_dir, plot=True),  # logs, TensorBoard, learning_curve.png
-        CheckpointCallback(f"{run_dir}/checkpoints", interval=2_500),
-    ]
-    print(f"run directory: {run_dir}")
 
+    # 3. Callbacks: the run directory (logs, TensorBoard, learning curve) and checkpoints.
+    name = f"{args.env.replace('/', '_')}__r2d2__{args.seed}__{int(time.time())}"
+    run_dir = args.run_dir or f"runs/{name}"
+    checkpoints = f"{run_dir}/checkpoints"
+    callbacks = [
+        RunLogCallback(run_dir, plot=True),
+        CheckpointCallback(checkpoints, interval=1_000, keep=3),
+    ]
+    print(f"run directory: {run_dir}", flush=True)
+
+    # 4. Train with the manager; it stops at the first limit reached.
     with R2D2Manager(
         env_factory, config, actor_num=args.actors, image_model=image_model, callbacks=callbacks
     ) as manager:
-        result = manager.train(nb_steps=args.nb_steps, max_seconds=args.max_seconds)
+        result = manager.train(
+            nb_steps=args.nb_steps, max_seconds=args.max_seconds, resume_from=args.resume
+        )
         agent = manager.create_test_agent()
     print(
         f"stopped by {result.stop_reason}: {result.env_steps} env steps "
         f"(per actor {result.actor_env_steps}), {result.learner_updates} learner updates "
-        f"in {result.elapsed_seconds:.1f} s; recent mean return "
-        f"{result.recent_mean_return()}"
+        f"in {result.elapsed_seconds:.1f} s; recent mean return {result.recent_mean_return()}"
     )
-    history = agent.test(env_factory(), nb_episodes=3, visualize=False, verbose=0)
+
+    # 5. Greedy evaluation of the learner's final weights, and where everything is.
+    history = agent.test(env_factory(), nb_episodes=args.eval_episodes, visualize=False, verbose=0)
     print(f"greedy evaluation: {np.mean(history.history['episode_reward']):.1f}")
+    print(f"checkpoints: {checkpoints}")
+    curve = os.path.join(run_dir, "learning_curve.png")
+    print(f"learning curve: {curve}" if os.path.exists(curve) else "no learning curve yet")
+    print(f"continue with: python examples/atari.py --resume {checkpoints} --env {args.env}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""Every example runs end to end, as a user runs it, with a tiny budget (slow: each starts
+a manager with its processes, about half a minute to a minute apiece)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(script: str, *args: str, cwd: pathlib.Path, timeout: float = 600) -> str:
+    """Runs `examples/<script>` in `cwd`; returns its stdout, failing with its stderr."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def test_the_atari_example_runs_on_a_real_rom(tmp_path):
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    out = run_example(  # a life lost ends an episode: several episodes in 400 steps
+        "atari.py",
+        "--env",
+        "ALE/Breakout-v5",
+        "--life-loss",
+        "--nb-steps",
+        "400",
+        "--memory-capacity",
+        "32",
+        "--eval-episodes",
+        "1",
+        "--run-dir",
+        "run",
+        cwd=tmp_path,
+    )
+    assert "stopped by nb_steps: 400 env steps" in out
+    assert "greedy evaluation:" in out
+    assert any((tmp_path / "run" / "checkpoints").glob("*.h5"))
+    assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0
+
+
+def test_the_custom_image_model_example_runs(tmp_path):
+    out = run_example(
+        "custom_image_model.py", "--nb-steps", "300", "--eval-episodes", "2", cwd=tmp_path
+    )
+    assert "stopped by nb_steps: 300 env steps" in out
+    assert "greedy mean return over 2 games:" in out
+
+
+def test_the_single_process_cartpole_example_runs(tmp_path):
+    out = run_example(
+        "cartpole_single.py", "--nb-steps", "300", "--eval-episodes", "2", cwd=tmp_path
+    )
+    assert "greedy evaluation over 2 episodes:" in out
