@@ -12,6 +12,10 @@ Usage::
     python benchmarks/bench_learning.py --env masked --seeds 0 1 2
     python benchmarks/bench_learning.py --env masked --no-lstm --seeds 0
     python benchmarks/bench_learning.py --env cartpole --manager --actors 2 --seeds 0
+    python benchmarks/bench_learning.py --env cartpole --set multisteps=5 --set epsilon=0.05
+
+`--set FIELD=VALUE` overrides a preset field (the value is a Python literal; used for the
+ablation table in RESULTS.md).
 
 `--threads 1` (the default) gives TensorFlow one thread, as the peers' runs give torch.
 """
@@ -19,6 +23,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import ast
 import functools
 import json
 import statistics
@@ -30,11 +35,24 @@ from r2d2_agent.presets import cartpole_config, masked_cartpole_config
 from r2d2_agent.testing import make_masked_cartpole, train_until_solved
 
 
-def run_agent(env: str, seed: int, budget: int, lstm: bool) -> dict:
+def parse_overrides(pairs: list[str]) -> dict:
+    """`["multisteps=5", "is_anneal_updates=None"]` -> `{"multisteps": 5, ...}`."""
+    overrides = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects FIELD=VALUE, got {pair!r}")
+        overrides[name.strip()] = ast.literal_eval(value.strip())
+    return overrides
+
+
+def run_agent(env: str, seed: int, budget: int, lstm: bool, overrides: dict) -> dict:
     from r2d2_agent import R2D2Agent
 
     preset = cartpole_config if env == "cartpole" else masked_cartpole_config
-    config = preset(seed=seed) if lstm else preset(seed=seed, lstm_units=0)
+    config = preset(seed=seed, **overrides)
+    if not lstm:
+        config = config.replace(lstm_units=0)
     make_env = (
         functools.partial(gym.make, "CartPole-v1") if env == "cartpole" else make_masked_cartpole
     )
@@ -49,7 +67,9 @@ def run_agent(env: str, seed: int, budget: int, lstm: bool) -> dict:
     }
 
 
-def run_manager(env: str, seed: int, budget: int, actors: int, max_seconds: float) -> dict:
+def run_manager(
+    env: str, seed: int, budget: int, actors: int, max_seconds: float, overrides: dict
+) -> dict:
     """Trains with the manager to a step budget, then evaluates once (no mid-run evals)."""
     import numpy as np
 
@@ -60,7 +80,7 @@ def run_manager(env: str, seed: int, budget: int, actors: int, max_seconds: floa
         functools.partial(gym.make, "CartPole-v1") if env == "cartpole" else make_masked_cartpole
     )
     start = time.perf_counter()
-    with R2D2Manager(make_env, preset(seed=seed), actor_num=actors) as manager:
+    with R2D2Manager(make_env, preset(seed=seed, **overrides), actor_num=actors) as manager:
         manager.train(nb_steps=budget, max_seconds=max_seconds)
         agent = manager.create_test_agent()
     wall = time.perf_counter() - start
@@ -84,12 +104,16 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--max-seconds", type=float, default=900.0)
     parser.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="preset override"
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=1,
         help="TensorFlow threads (the peers' protocol runs 1-thread jobs)",
     )
     args = parser.parse_args()
+    overrides = parse_overrides(args.set)
     if args.threads > 0 and not args.manager:
         from r2d2_agent.compat import tf
 
@@ -98,14 +122,15 @@ def main() -> None:
     runs = []
     for seed in args.seeds:
         if args.manager:
-            run = run_manager(args.env, seed, args.budget, args.actors, args.max_seconds)
+            run = run_manager(args.env, seed, args.budget, args.actors, args.max_seconds, overrides)
         else:
-            run = run_agent(args.env, seed, args.budget, not args.no_lstm)
+            run = run_agent(args.env, seed, args.budget, not args.no_lstm, overrides)
         run.update(
             env=args.env,
             seed=seed,
             lstm=not args.no_lstm,
             mode=f"manager({args.actors})" if args.manager else "agent",
+            overrides=args.set,
         )
         runs.append(run)
         print(json.dumps(run), flush=True)
@@ -117,6 +142,7 @@ def main() -> None:
                 "solved": f"{sum(r['solved'] for r in runs)}/{len(runs)}",
                 "median_env_steps": statistics.median(r["env_steps"] for r in runs),
                 "median_wall_s": statistics.median(r["wall_s"] for r in runs),
+                "overrides": args.set,
             }
         )
     )

@@ -32,8 +32,11 @@ from r2d2_agent.image_models import DQNImageModel, R2D3ImageModel
 from r2d2_agent.replay import largest_memory_capacity
 
 # A CPU-sized R2D2: 10 burn-in + 20 trained + 5 look-ahead steps per sequence, windows
-# every 10 steps, 16 sequences per update, LSTM and dense layers of 256.
+# every 10 steps, 16 sequences per update, LSTM and dense layers of 256. One update per 32
+# env steps trains 16 x 20 = 320 steps: each env step is replayed about 10 times (DQN: a
+# batch of 32 every 4 steps, 8 times), so that the learner keeps up on a small machine.
 CPU_SIZED = dict(
+    train_interval=32,
     burnin=10,
     input_length=20,
     multisteps=5,
@@ -45,7 +48,7 @@ CPU_SIZED = dict(
     target_update_interval=1_000,
     memory_warmup=200,
     epsilon_start=1.0,
-    epsilon_anneal_steps=20_000,
+    epsilon_anneal_steps=50_000,
     epsilon=0.05,
     actor_sync_interval=200,
 )
@@ -98,6 +101,7 @@ def main() -> None:
         input_type=InputType.GRAY_2ch,
         input_sequence=1 if args.no_stack else 4,
         seed=args.seed,
+        test_epsilon=0.01,  # as usual on Atari: a game waiting for FIRE cannot stall a test
         **({} if args.paper else CPU_SIZED),
     )
     half_memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2

@@ -1,6 +1,8 @@
 """R2D2 on CartPole-v1 with an R2D2Manager: 2 actor processes + 1 learner process.
 
     python examples/cartpole.py --actors 2 --nb-steps 60000 --seed 0
+    python examples/cartpole.py --masked            # only cart position and pole angle seen
+    python examples/cartpole.py --env Acrobot-v1    # another env with a vector observation
     python examples/cartpole.py --nb-steps 90000 --resume runs/<run>/checkpoints  # continue
 
 Arguments -> env factory -> config -> manager -> train (progress bar, a run directory of
@@ -19,11 +21,14 @@ import numpy as np
 from r2d2_agent import R2D2Manager
 from r2d2_agent.callbacks import CheckpointCallback, RunLogCallback
 from r2d2_agent.plot import plot_run
-from r2d2_agent.presets import cartpole_config
+from r2d2_agent.presets import cartpole_config, masked_cartpole_config
+from r2d2_agent.testing import make_masked_cartpole
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="CartPole-v1", help="a gymnasium id (vector obs)")
+    parser.add_argument("--masked", action="store_true", help="the partially observable task")
     parser.add_argument("--actors", type=int, default=2, help="actor processes")
     parser.add_argument("--nb-steps", type=int, default=60_000, help="env steps over all actors")
     parser.add_argument("--max-seconds", type=float, default=600.0, help="wall-time limit")
@@ -35,13 +40,24 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     # 1. A picklable env factory: every actor process builds its own env from it.
-    env_factory = functools.partial(gym.make, "CartPole-v1")
+    if args.masked:  # CartPole without the velocities: the LSTM has to remember them
+        env_id, env_factory = "MaskedCartPole", make_masked_cartpole
+    else:
+        env_id, env_factory = args.env, functools.partial(gym.make, args.env)
 
-    # 2. Configuration: the CartPole preset (see r2d2_agent/presets.py), seeded.
-    config = cartpole_config(seed=args.seed)
-    run_dir = args.run_dir or f"runs/CartPole-v1__r2d2__{args.seed}__{int(time.time())}"
+    # 2. Configuration: the CartPole preset (see r2d2_agent/presets.py), seeded, sized to
+    #    the env's spaces (the manager refuses what R2D2 cannot take, e.g. continuous actions).
+    probe = env_factory()
+    if not isinstance(probe.action_space, gym.spaces.Discrete):
+        parser.error(f"{env_id} has actions {probe.action_space}; R2D2 needs Discrete ones")
+    spaces = dict(input_shape=probe.observation_space.shape, nb_actions=int(probe.action_space.n))
+    probe.close()
+    preset = masked_cartpole_config if args.masked else cartpole_config
+    config = preset(seed=args.seed, **spaces)
+    run_dir = args.run_dir or f"runs/{env_id}__r2d2__{args.seed}__{int(time.time())}"
     run_log = RunLogCallback(run_dir)  # JSON lines per process + TensorBoard summaries
-    callbacks = [run_log, CheckpointCallback(f"{run_dir}/checkpoints", interval=1_000)]
+    checkpoints = f"{run_dir}/checkpoints"
+    callbacks = [run_log, CheckpointCallback(checkpoints, interval=1_000)]
     print(f"run directory: {run_dir}")
 
     # 3. Train with the manager; it stops at the first limit reached (with --resume,
@@ -65,9 +81,11 @@ def main() -> None:
     print(f"greedy evaluation over {args.eval_episodes} episodes: {np.mean(returns):.1f}")
 
     # 5. The learning curve, and where everything is.
+    print(f"checkpoints: {checkpoints}")
     print(f"learning curve: {plot_run(run_dir)}")
     print(f"logs: {run_dir}/*.jsonl   TensorBoard: tensorboard --logdir {run_dir}/tensorboard")
-    print(f"continue with: python examples/cartpole.py --resume {run_dir}/checkpoints")
+    flags = "--masked" if args.masked else f"--env {args.env}"
+    print(f"continue with: python examples/cartpole.py {flags} --resume {checkpoints}")
 
 
 if __name__ == "__main__":

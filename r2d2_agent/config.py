@@ -289,6 +289,25 @@ class R2D2Config:
         out["input_type"] = self.input_type.name
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> R2D2Config:
+        """The inverse of `to_dict`, also for its JSON form (a checkpoint's or a run
+        directory's `config`): lists become tuples, `input_type` a name.
+
+        Raises:
+            ValueError: On a field this version does not know (named), or an invalid value.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown R2D2Config fields: {', '.join(unknown)}")
+        values = dict(data)
+        if isinstance(values.get("input_type"), str):
+            values["input_type"] = InputType[values["input_type"]]
+        if isinstance(values.get("input_shape"), list):
+            values["input_shape"] = tuple(values["input_shape"])
+        return cls(**values)
+
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import json
 import re
 
 import numpy as np
@@ -183,3 +184,15 @@ _UNITS = {
 def test_counted_field_docstring_states_its_unit(field):
     doc = _field_docstrings()[field] or ""
     assert re.search(_UNITS[field], doc, re.IGNORECASE), f"{field}: {doc!r}"
+
+
+def test_from_dict_inverts_to_dict_through_json(make_config):
+    config = make_config(input_shape=(84, 84), input_type=InputType.GRAY_2ch, input_sequence=4)
+    data = json.loads(json.dumps(config.to_dict()))  # as a run directory or checkpoint keeps it
+    assert R2D2Config.from_dict(data) == config
+
+
+def test_from_dict_names_unknown_fields(make_config):
+    data = {**make_config().to_dict(), "lstm_size": 32}
+    with pytest.raises(ValueError, match="unknown R2D2Config fields: lstm_size"):
+        R2D2Config.from_dict(data)

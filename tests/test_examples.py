@@ -67,3 +67,42 @@ def test_the_single_process_cartpole_example_runs(tmp_path):
         "cartpole_single.py", "--nb-steps", "300", "--eval-episodes", "2", cwd=tmp_path
     )
     assert "greedy evaluation over 2 episodes:" in out
+
+
+def test_the_cartpole_example_trains_with_the_manager(tmp_path):
+    out = run_example(
+        "cartpole.py",
+        "--actors",
+        "1",
+        "--nb-steps",
+        "4000",
+        "--eval-episodes",
+        "2",
+        "--run-dir",
+        "run",
+        cwd=tmp_path,
+    )
+    assert "stopped by nb_steps: 4000 env steps" in out
+    assert "greedy evaluation over 2 episodes:" in out
+    assert any((tmp_path / "run" / "checkpoints").glob("*.h5"))
+    assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0
+
+
+def test_the_cartpole_example_takes_the_masked_task(tmp_path):
+    out = run_example(
+        "cartpole.py", "--masked", "--actors", "1", "--nb-steps", "1000", cwd=tmp_path
+    )
+    assert "run directory: runs/MaskedCartPole__r2d2__0__" in out
+    assert "continue with: python examples/cartpole.py --masked --resume" in out
+
+
+def test_the_cartpole_example_refuses_continuous_actions(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "cartpole.py"), "--env", "Pendulum-v1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "Pendulum-v1 has actions Box" in proc.stderr
