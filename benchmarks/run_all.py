@@ -58,6 +58,10 @@ BENCHMARKS = {
         ["bench_manager.py"],
     ),
     "checkpoint": (["bench_checkpoint.py", "--repeats", "2"], ["bench_checkpoint.py"]),
+    "frames": (
+        ["bench_frames.py", "--capacity", "80", "--repeats", "2"],
+        ["bench_frames.py", "--capacity", "300", "--repeats", "10"],
+    ),
     "learning": (
         ["bench_learning.py", "--env", "cartpole", "--seeds", "0", "--budget", "5000"],
         ["bench_learning.py", "--env", "cartpole", "--seeds", "0", "1", "2"],

@@ -70,6 +70,21 @@ def make_atari(env_id: str, terminal_on_life_loss: bool = False) -> gym.Env:
     )
 
 
+def replay_capacity(config: R2D2Config, requested: int | None = None) -> int:
+    """Replay sequences: `requested`, or the largest replay that fits in half the memory.
+
+    A capacity you ask for is kept as it is (the manager refuses one that cannot fit,
+    naming `memory_capacity`, before any child starts).
+    """
+    if requested:
+        return requested
+    half_memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    capacity = largest_memory_capacity(config, half_memory)
+    if capacity < config.batch_size:
+        raise SystemExit(f"no replay of {config.batch_size} sequences fits in {half_memory} bytes")
+    return capacity
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="ALE/Breakout-v5", help="any ALE game id")
@@ -104,9 +119,7 @@ def main() -> None:
         test_epsilon=0.01,  # as usual on Atari: a game waiting for FIRE cannot stall a test
         **({} if args.paper else CPU_SIZED),
     )
-    half_memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    capacity = args.memory_capacity or largest_memory_capacity(config, half_memory)
-    capacity = min(config.memory_capacity, capacity)
+    capacity = replay_capacity(config, args.memory_capacity)
     config = config.replace(memory_capacity=capacity, memory_warmup=min(config.warmup, capacity))
     image_model = R2D3ImageModel() if args.r2d3 else DQNImageModel()
 
