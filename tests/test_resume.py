@@ -22,6 +22,7 @@ from r2d2_agent.checkpoints import (
     IncompatibleCheckpointError,
     MissingCheckpointError,
     read_checkpoint,
+    write_checkpoint,
 )
 from r2d2_agent.presets import cartpole_config
 
@@ -51,6 +52,18 @@ class StopAtMeanReturn(R2D2Callback):
         recent = self.returns[-self.window :]
         if len(recent) == self.window and np.mean(recent) >= self.threshold:
             self.request_stop(f"mean return {np.mean(recent):.1f} >= {self.threshold}")
+
+
+class ReplaySizeAtFirstStep(R2D2Callback):
+    """Records the agent's replay size when its first step begins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size: int | None = None
+
+    def on_step_begin(self, step, logs=None):
+        if self.size is None:
+            self.size = len(self.model.learner.replay)
 
 
 class StopAtStep(R2D2Callback):
@@ -101,6 +114,34 @@ def test_fit_resume_continues_the_learner_updates(short_fit):
 def test_fit_resume_continues_the_episode_count(short_fit):
     _, state, second, history = short_fit
     assert second.episodes == state.counters.episodes + len(history.history["episode_reward"])
+
+
+def test_checkpoints_hold_no_replay_unless_asked(short_fit):
+    _, state, _, _ = short_fit
+    assert state.replay is None
+
+
+def test_fit_resumed_from_a_checkpoint_with_replay_starts_with_the_saved_replay(
+    make_agent, cartpole, tmp_path
+):
+    first = make_agent()
+    saver = CheckpointCallback(str(tmp_path), 100, save_replay=True)
+    first.fit(cartpole, nb_steps=150, verbose=0, callbacks=[saver])
+    saved = len(first.learner.replay)  # the last checkpoint is written at the end
+    probe = ReplaySizeAtFirstStep()
+    second = make_agent(seed=4)
+    second.fit(cartpole, nb_steps=160, verbose=0, resume_from=str(tmp_path), callbacks=[probe])
+    assert read_checkpoint(tmp_path).replay.size == saved > 0
+    assert probe.size == saved
+
+
+def test_agent_save_checkpoint_with_replay_restores_the_replay(make_agent, cartpole, tmp_path):
+    first = make_agent()
+    first.fit(cartpole, nb_steps=150, verbose=0)
+    path = first.save_checkpoint(tmp_path / "with_replay.h5", save_replay=True)
+    second = make_agent(seed=4)
+    second.restore_checkpoint(path)
+    assert len(second.learner.replay) == len(first.learner.replay) > 0
 
 
 def test_fit_resume_from_an_incompatible_checkpoint_is_refused_before_training(
@@ -216,6 +257,18 @@ def test_manager_refuses_a_truncated_checkpoint_before_any_child(make_config, sa
     manager = R2D2Manager(CARTPOLE, make_config(), progress=False)
     with pytest.raises(CorruptCheckpointError, match="broken.h5 cannot be read"):
         manager.train(nb_steps=100, resume_from=broken)
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_manager_refuses_a_replay_of_another_memory_capacity_before_any_child(
+    make_config, make_agent, tmp_path
+):
+    path = write_checkpoint(tmp_path / "r.h5", make_agent().learner.save(replay=True))
+    manager = R2D2Manager(CARTPOLE, make_config(memory_capacity=32), progress=False)
+    with pytest.raises(
+        IncompatibleCheckpointError, match="memory_capacity: 64 in the checkpoint's replay, 32"
+    ):
+        manager.train(nb_steps=100, resume_from=path)
 
 
 @pytest.mark.usefixtures("no_leftovers")

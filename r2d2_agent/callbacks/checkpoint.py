@@ -18,10 +18,11 @@ class CheckpointCallback(R2D2Callback):
     """Writes checkpoints every `interval` and at the end; loads weights at start if asked.
 
     A checkpoint holds the online and target weights, the optimizer state, the counters
-    (env steps, learner updates, episodes, per actor) and the config: pass it (or its
-    directory) to `R2D2Agent.fit(..., resume_from=...)` or
-    `R2D2Manager.train(..., resume_from=...)` to continue the run. Each file is written to
-    a temporary name, fsynced and renamed, so a crash never leaves a half-written one.
+    (env steps, learner updates, episodes, per actor) and the config, and with
+    `save_replay=True` the replay memory: pass it (or its directory) to
+    `R2D2Agent.fit(..., resume_from=...)` or `R2D2Manager.train(..., resume_from=...)` to
+    continue the run. Each file is written to a temporary name, fsynced and renamed, so a
+    crash never leaves a half-written one.
 
     Works on an `R2D2Agent` (interval in env steps, written by `fit`) and on an
     `R2D2Manager` (interval in learner updates, written by the learner process).
@@ -35,6 +36,12 @@ class CheckpointCallback(R2D2Callback):
             starts; None loads nothing. To continue a run, use `resume_from` instead.
         save_at_end: Also save when training ends.
         keep: Checkpoints kept in the directory (older ones are deleted after a save).
+        save_replay: Also write the replay memory (sequences, sum-tree priorities,
+            frames), so that a resumed run samples from it at once instead of refilling
+            it. Off by default: the replay can take gigabytes (about
+            `estimate_replay_bytes(config)`), every save writes all of it, and `keep`
+            files hold `keep` copies. A checkpoint with a replay resumes only with the
+            same `memory_capacity` (and the other fields that shape the replay).
 
     Raises:
         ValueError: If `interval` or `keep` is below 1.
@@ -47,6 +54,7 @@ class CheckpointCallback(R2D2Callback):
         load_path: str | os.PathLike[str] | None = None,
         save_at_end: bool = True,
         keep: int = 3,
+        save_replay: bool = False,
     ) -> None:
         super().__init__()
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
@@ -58,6 +66,7 @@ class CheckpointCallback(R2D2Callback):
         self.load_path = None if load_path is None else os.fspath(load_path)
         self.save_at_end = save_at_end
         self.keep = keep
+        self.save_replay = bool(save_replay)
         self.saves = 0
         """Checkpoints written by this copy of the callback (each process has its own)."""
         self.last_path: str | None = None
@@ -73,7 +82,9 @@ class CheckpointCallback(R2D2Callback):
             path = self.filepath
         else:
             path = os.path.join(self.filepath, checkpoint_name(number))
-        write_checkpoint(path, learner.save())
+        # The replay's arrays are written as they are (no copy): nothing adds to the
+        # replay while this runs.
+        write_checkpoint(path, learner.save(replay=self.save_replay, copy_replay=False))
         if not self.single_file:
             prune_checkpoints(self.filepath, self.keep)
         self.saves += 1

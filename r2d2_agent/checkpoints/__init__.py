@@ -4,7 +4,8 @@
 * `h5file`: writing (temporary file, fsync, rename; keeping the last K) and reading
   (checksums, clear errors naming the file) with h5py.
 * `compatibility`: whether a checkpoint fits a configuration (the fields that shape the
-  network), checked before any process starts.
+  network, and those that shape the replay when it holds one), checked before any
+  process starts.
 
 Nothing here imports TensorFlow, so the manager's parent process can check a checkpoint
 before it starts any child. The file format is described in `h5file`.
@@ -12,8 +13,10 @@ before it starts any child. The file format is described in `h5file`.
 
 from r2d2_agent.checkpoints.compatibility import (
     NETWORK_FIELDS,
+    REPLAY_FIELDS,
     changed_fields,
     check_compatible,
+    check_replay_compatible,
     config_as_data,
 )
 from r2d2_agent.checkpoints.h5file import (
@@ -26,6 +29,7 @@ from r2d2_agent.checkpoints.h5file import (
     latest_checkpoint,
     prune_checkpoints,
     read_checkpoint,
+    read_replay,
     resolve_checkpoint,
     write_checkpoint,
 )
@@ -34,6 +38,7 @@ from r2d2_agent.checkpoints.state import (
     CorruptCheckpointError,
     IncompatibleCheckpointError,
     MissingCheckpointError,
+    ReplaySnapshot,
     TrainingCounters,
     TrainingState,
     spread_counts,
@@ -44,14 +49,17 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "NETWORK_FIELDS",
+    "REPLAY_FIELDS",
     "CheckpointError",
     "CorruptCheckpointError",
     "IncompatibleCheckpointError",
     "MissingCheckpointError",
+    "ReplaySnapshot",
     "TrainingCounters",
     "TrainingState",
     "changed_fields",
     "check_compatible",
+    "check_replay_compatible",
     "checkpoint_files",
     "checkpoint_name",
     "config_as_data",
@@ -59,6 +67,7 @@ __all__ = [
     "latest_checkpoint",
     "prune_checkpoints",
     "read_checkpoint",
+    "read_replay",
     "resolve_checkpoint",
     "spread_counts",
     "write_checkpoint",

@@ -12,11 +12,18 @@ Layout of a checkpoint (format version 1)::
                       variable), attrs name, crc32
     /counters         attrs env_steps, learner_updates, episodes, sequences_received;
                       datasets actor_env_steps, actor_episodes (int64, per actor index)
-    /replay           reserved: the replay memory (not written yet; a reader ignores
-                      groups it does not know, so adding it needs no new format version)
+    /replay           optional (`CheckpointCallback(save_replay=True)`): the replay memory,
+                      `SequenceReplay.export_state()` flattened: its scalars as attrs
+                      (plus `datasets`, the JSON list of its arrays), each array a dataset
+                      of that name (attrs crc32), e.g. sequences.items.actions,
+                      sequences.leaves (the sum tree's priorities), frames.rows. A reader
+                      that does not know it ignores it (format version 1 still).
 
 Every dataset carries the CRC-32 of its bytes, checked on reading, so a corrupted file
 is refused instead of loaded. Loading uses h5py only: no pickle, no code from the file.
+`read_checkpoint` checks the replay's checksums (streaming, without keeping it) and leaves
+its arrays in the file; `ReplaySnapshot.load` (`read_replay`) reads them when a learner
+restores them.
 
 Writing goes to a temporary file in the same directory, which is flushed, fsynced and
 renamed over the target (an atomic step on POSIX), then the directory is fsynced: a
@@ -34,6 +41,7 @@ import re
 import time
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 import h5py
 import numpy as np
@@ -42,6 +50,7 @@ from r2d2_agent.checkpoints.state import (
     CheckpointError,
     CorruptCheckpointError,
     MissingCheckpointError,
+    ReplaySnapshot,
     TrainingCounters,
     TrainingState,
 )
@@ -56,6 +65,7 @@ __all__ = [
     "latest_checkpoint",
     "prune_checkpoints",
     "read_checkpoint",
+    "read_replay",
     "resolve_checkpoint",
     "write_checkpoint",
 ]
@@ -72,6 +82,8 @@ _WHAT_TO_DO = (
     "directory) or start without resume_from."
 )
 _COUNTER_ATTRS = ("env_steps", "learner_updates", "episodes", "sequences_received")
+_REPLAY_DATASETS = "datasets"  # attr of /replay: the JSON list of its datasets
+_CRC_CHUNK_BYTES = 64 << 20  # checksums of replay datasets are computed this much at a time
 
 
 def checkpoint_name(number: int) -> str:
@@ -82,6 +94,12 @@ def checkpoint_name(number: int) -> str:
 # Writing ---------------------------------------------------------------------------------
 
 
+def _crc32(array: np.ndarray, value: int = 0) -> int:
+    """CRC-32 of an array's bytes in C order (that of `array.tobytes()`), without a copy
+    when the array is contiguous."""
+    return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8), value)
+
+
 def _write_arrays(
     file: h5py.File, group_name: str, arrays: Sequence[np.ndarray], names: Sequence[str]
 ) -> None:
@@ -90,8 +108,25 @@ def _write_arrays(
     for i, array in enumerate(arrays):
         array = np.asarray(array, order="C")
         dataset = group.create_dataset(f"{i:04d}", data=array)
-        dataset.attrs["crc32"] = zlib.crc32(array.tobytes())
+        dataset.attrs["crc32"] = _crc32(array)
         dataset.attrs["name"] = names[i] if i < len(names) else ""
+
+
+def _write_replay(file: h5py.File, snapshot: ReplaySnapshot) -> None:
+    """The replay's scalars as attrs of /replay, each array as a dataset with its CRC."""
+    state = snapshot.load()
+    group = file.create_group("replay")
+    names = []
+    for name, value in state.items():
+        if name == _REPLAY_DATASETS or "/" in name:
+            raise ValueError(f"a replay state cannot have a value named {name!r}")
+        if isinstance(value, np.ndarray):
+            dataset = group.create_dataset(name, data=value)
+            dataset.attrs["crc32"] = _crc32(value)
+            names.append(name)
+        else:
+            group.attrs[name] = value
+    group.attrs[_REPLAY_DATASETS] = json.dumps(names)
 
 
 def _fsync_path(path: str, directory: bool = False) -> None:
@@ -137,6 +172,8 @@ def write_checkpoint(path: str | os.PathLike[str], state: TrainingState) -> str:
             for name in ("actor_env_steps", "actor_episodes"):
                 values = np.asarray(getattr(state.counters, name), dtype=np.int64)
                 counters.create_dataset(name, data=values)
+            if state.replay is not None:
+                _write_replay(file, state.replay)
         _fsync_path(tmp)
         os.replace(tmp, path)
         _fsync_path(directory, directory=True)
@@ -264,7 +301,70 @@ def _read_arrays(file: h5py.File, group_name: str, path: str) -> tuple[list[np.n
     return arrays, names
 
 
-def _read(file: h5py.File, path: str) -> TrainingState:
+def _plain(value: Any) -> Any:
+    """An HDF5 attribute as the plain Python value it was written from."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def _replay_datasets(group: h5py.Group, path: str) -> list[h5py.Dataset]:
+    """The datasets /replay lists, all present (else the file is incomplete)."""
+    names = json.loads(group.attrs[_REPLAY_DATASETS])
+    missing = [name for name in names if name not in group]
+    if missing:
+        raise CorruptCheckpointError(
+            path,
+            f"checkpoint {path} is corrupted: replay/{missing[0]} is missing. {_WHAT_TO_DO}",
+        )
+    return [group[name] for name in names]
+
+
+def _replay_checksum_failed(path: str, dataset: h5py.Dataset) -> CorruptCheckpointError:
+    name = dataset.name.lstrip("/")
+    return CorruptCheckpointError(
+        path,
+        f"checkpoint {path} is corrupted: {name} (the replay memory) fails its checksum. "
+        f"{_WHAT_TO_DO}",
+    )
+
+
+def _verify_streaming(dataset: h5py.Dataset, path: str) -> None:
+    """Checks a dataset's CRC reading at most `_CRC_CHUNK_BYTES` at a time."""
+    if dataset.ndim == 0 or dataset.size == 0:
+        crc = _crc32(np.asarray(dataset[()]))
+    else:
+        row_bytes = max(1, dataset.size // dataset.shape[0] * dataset.dtype.itemsize)
+        step = max(1, _CRC_CHUNK_BYTES // row_bytes)
+        crc = 0
+        for start in range(0, dataset.shape[0], step):
+            crc = _crc32(dataset[start : start + step], crc)
+    if crc != int(dataset.attrs["crc32"]):
+        raise _replay_checksum_failed(path, dataset)
+
+
+def _read_replay_summary(file: h5py.File, path: str, verify: bool) -> ReplaySnapshot | None:
+    """The checkpoint's replay (scalars only; arrays left in the file), checksums checked
+    when `verify`; None if the checkpoint holds no replay."""
+    if "replay" not in file:
+        return None
+    group = file["replay"]
+    datasets = _replay_datasets(group, path)
+    if verify:
+        for dataset in datasets:
+            _verify_streaming(dataset, path)
+    scalars = {k: _plain(v) for k, v in group.attrs.items() if k != _REPLAY_DATASETS}
+    nbytes = sum(int(d.size) * d.dtype.itemsize for d in datasets)
+    return ReplaySnapshot(scalars=scalars, arrays=None, path=path, nbytes=nbytes)
+
+
+def _read(file: h5py.File, path: str, verify_replay: bool = True) -> TrainingState:
     fmt = file.attrs.get("format")
     if fmt != FORMAT_NAME:
         raise CorruptCheckpointError(
@@ -299,14 +399,20 @@ def _read(file: h5py.File, path: str) -> TrainingState:
         config=config,
         library_version=str(file.attrs["library_version"]),
         path=path,
+        replay=_read_replay_summary(file, path, verify_replay),
     )
 
 
-def read_checkpoint(path: str | os.PathLike[str]) -> TrainingState:
+def read_checkpoint(path: str | os.PathLike[str], verify_replay: bool = True) -> TrainingState:
     """Reads a checkpoint file, or the latest checkpoint of a directory.
+
+    A replay memory in the checkpoint is not loaded: `state.replay` is a `ReplaySnapshot`
+    whose `load()` reads it from the file when a learner restores it.
 
     Args:
         path: A checkpoint file, or a directory of `ckpt-<N>.h5` files.
+        verify_replay: Check the replay's checksums now (reading it once, a chunk at a
+            time), so that a corrupted replay is refused before any process starts.
 
     Returns:
         The state, with `path` set to the file read.
@@ -320,11 +426,49 @@ def read_checkpoint(path: str | os.PathLike[str]) -> TrainingState:
     file_path = resolve_checkpoint(path)
     with _open(file_path) as file:
         try:
-            return _read(file, file_path)
+            return _read(file, file_path, verify_replay)
         except CheckpointError:
             raise
         except (OSError, KeyError, ValueError, TypeError) as exc:
-            raise CorruptCheckpointError(
-                file_path,
-                f"checkpoint {file_path} is corrupted ({type(exc).__name__}: {exc}). {_WHAT_TO_DO}",
-            ) from exc
+            raise _corrupt(file_path, exc) from exc
+
+
+def _corrupt(path: str, exc: Exception) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        path, f"checkpoint {path} is corrupted ({type(exc).__name__}: {exc}). {_WHAT_TO_DO}"
+    )
+
+
+def read_replay(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Reads the replay memory of a checkpoint file, checksums checked.
+
+    Returns:
+        The state `SequenceReplay.export_state` gave (`SequenceReplay.restore_state`
+        takes it): numpy arrays and plain ints, floats and strs.
+
+    Raises:
+        MissingCheckpointError: If the file does not exist.
+        CorruptCheckpointError: If it holds no replay, or a replay dataset is missing or
+            fails its checksum.
+    """
+    file_path = resolve_checkpoint(path)
+    with _open(file_path) as file:
+        try:
+            if "replay" not in file:
+                raise CorruptCheckpointError(
+                    file_path, f"checkpoint {file_path} holds no replay memory"
+                )
+            group = file["replay"]
+            state: dict[str, Any] = {
+                k: _plain(v) for k, v in group.attrs.items() if k != _REPLAY_DATASETS
+            }
+            for dataset in _replay_datasets(group, file_path):
+                array = np.asarray(dataset[()], order="C")
+                if _crc32(array) != int(dataset.attrs["crc32"]):
+                    raise _replay_checksum_failed(file_path, dataset)
+                state[dataset.name.rsplit("/", 1)[-1]] = array
+            return state
+        except CheckpointError:
+            raise
+        except (OSError, KeyError, ValueError, TypeError) as exc:
+            raise _corrupt(file_path, exc) from exc

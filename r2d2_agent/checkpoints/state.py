@@ -2,13 +2,15 @@
 
 A `TrainingState` is everything a learner needs to continue where a run stopped: the
 online and target weights, the optimizer's state (Adam's iteration count and slots), the
-run's `TrainingCounters`, the configuration it was written with and the library version.
-Arrays are numpy arrays, so a state crosses process boundaries (inside `LearnerStart`)
-without TensorFlow.
+run's `TrainingCounters`, the configuration it was written with and the library version,
+and optionally the replay memory (`ReplaySnapshot`). Arrays are numpy arrays, so a state
+crosses process boundaries (inside `LearnerStart`) without TensorFlow; a replay read from
+a file stays in the file until `ReplaySnapshot.load`, so only its summary travels.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +21,7 @@ __all__ = [
     "CorruptCheckpointError",
     "IncompatibleCheckpointError",
     "MissingCheckpointError",
+    "ReplaySnapshot",
     "TrainingCounters",
     "TrainingState",
     "spread_counts",
@@ -123,6 +126,85 @@ def spread_counts(per_actor: tuple[int, ...], total: int, nb_actors: int) -> lis
 
 
 @dataclass(frozen=True)
+class ReplaySnapshot:
+    """A replay memory in a checkpoint: `SequenceReplay.export_state()`, split in two.
+
+    Made from a live replay (`from_state`, what `R2D2Learner.save(replay=True)` does), it
+    holds the arrays; read from a file (`read_checkpoint`), it holds only the scalars and
+    reads the arrays from `path` when `load` is called, so a state handed to a child
+    process does not carry gigabytes of frames.
+
+    Attributes:
+        scalars: The plain values (ints, floats, strs): sizes, cursors, layout, format.
+        arrays: Name -> numpy array, or None while they are still in the file `path`.
+        path: The checkpoint file holding the arrays (None for an in-memory snapshot).
+        nbytes: Bytes of the arrays.
+    """
+
+    scalars: Mapping[str, Any]
+    arrays: Mapping[str, np.ndarray] | None = field(default=None, repr=False)
+    path: str | None = None
+    nbytes: int = 0
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> ReplaySnapshot:
+        """Splits an exported replay state into scalars and arrays.
+
+        Raises:
+            ValueError: On a value that is neither a numpy array nor an int, float or str
+                (such a state could not be written without pickle).
+        """
+        scalars: dict[str, Any] = {}
+        arrays: dict[str, np.ndarray] = {}
+        for name, value in state.items():
+            if isinstance(value, np.ndarray):
+                if value.dtype.hasobject:
+                    raise ValueError(f"replay state {name!r} is an object array")
+                arrays[name] = value
+            elif isinstance(value, (bool, np.bool_)):
+                scalars[name] = bool(value)
+            elif isinstance(value, (int, np.integer)):
+                scalars[name] = int(value)
+            elif isinstance(value, (float, np.floating)):
+                scalars[name] = float(value)
+            elif isinstance(value, str):
+                scalars[name] = value
+            else:
+                raise ValueError(
+                    f"replay state {name!r} is a {type(value).__name__}; only numpy arrays, "
+                    "ints, floats and strs go into a checkpoint"
+                )
+        nbytes = sum(int(a.nbytes) for a in arrays.values())
+        return cls(scalars=scalars, arrays=arrays, path=None, nbytes=nbytes)
+
+    @property
+    def capacity(self) -> int:
+        """Sequences the replay held at most (its `memory_capacity`)."""
+        return int(self.scalars.get("capacity", 0))
+
+    @property
+    def size(self) -> int:
+        """Sequences it held that can be sampled."""
+        return int(self.scalars.get("size", 0))
+
+    def load(self) -> dict[str, Any]:
+        """The exported state, arrays included (`SequenceReplay.restore_state` takes it);
+        read from `path` (checksums checked) when not in memory.
+
+        Raises:
+            MissingCheckpointError: If the file is gone.
+            CorruptCheckpointError: If it no longer holds the replay, or a checksum fails.
+        """
+        if self.arrays is not None:
+            return {**self.scalars, **self.arrays}
+        if self.path is None:
+            raise ValueError("this ReplaySnapshot holds no arrays and names no file")
+        from r2d2_agent.checkpoints.h5file import read_replay
+
+        return read_replay(self.path)
+
+
+@dataclass(frozen=True)
 class TrainingState:
     """The contents of one checkpoint.
 
@@ -138,6 +220,7 @@ class TrainingState:
             (`R2D2Config.to_dict()`).
         library_version: The r2d2-agent version that wrote it.
         path: The file it was read from (None if not read from a file).
+        replay: The replay memory, if the checkpoint holds it (None: the replay refills).
     """
 
     online_weights: list[np.ndarray]
@@ -149,11 +232,13 @@ class TrainingState:
     config: dict[str, Any]
     library_version: str
     path: str | None = field(default=None, compare=False)
+    replay: ReplaySnapshot | None = field(default=None, compare=False)
 
     def describe(self) -> str:
-        """One line for logs: file, updates, env steps, episodes."""
+        """One line for logs: file, updates, env steps, episodes (and the replay's size)."""
         c = self.counters
+        replay = "" if self.replay is None else f", a replay of {self.replay.size} sequences"
         return (
             f"{self.path or 'checkpoint'} ({c.learner_updates} learner updates, "
-            f"{c.env_steps} env steps, {c.episodes} episodes)"
+            f"{c.env_steps} env steps, {c.episodes} episodes{replay})"
         )

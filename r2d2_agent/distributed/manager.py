@@ -169,7 +169,8 @@ class R2D2Manager:
         (with a new replay and optimizer state), unless `resume_from` names a checkpoint:
         then the run continues from it (weights, optimizer state, env steps per actor,
         updates, episodes) and `nb_steps`/`nb_trains` are totals that include the
-        checkpoint's counts. The replay is not in a checkpoint: it refills first.
+        checkpoint's counts. The replay continues too if the checkpoint holds one
+        (`CheckpointCallback(save_replay=True)`); otherwise it refills first.
 
         Args:
             nb_steps: Env steps over all actors.

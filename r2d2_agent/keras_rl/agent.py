@@ -256,14 +256,20 @@ class R2D2Agent(rl_core.Agent):
             actor_episodes=(self.episodes,),
         )
 
-    def save_checkpoint(self, filepath: str | os.PathLike[str]) -> str:
+    def save_checkpoint(self, filepath: str | os.PathLike[str], save_replay: bool = False) -> str:
         """Writes a checkpoint that `fit(resume_from=...)` continues from: online and target
         weights, optimizer state, env steps, updates, episodes, the config (atomically).
+
+        Args:
+            filepath: The file to write (temp file, fsync, rename).
+            save_replay: Also write the replay memory (sequences, sum-tree priorities,
+                frames), so a resumed run samples from it at once; it can take gigabytes.
 
         Returns:
             The file written.
         """
-        return write_checkpoint(filepath, self.learner.save())
+        # Views of the live replay are enough: the state is written at once.
+        return write_checkpoint(filepath, self.learner.save(replay=save_replay, copy_replay=False))
 
     def restore_checkpoint(self, path: str | os.PathLike[str]) -> TrainingState:
         """Continues from a checkpoint file (or a checkpoint directory's latest): weights,

@@ -12,15 +12,25 @@ gathers any kept frames back by number. Two stores:
   go early, so memory stays what was announced.
 
 Both report `oldest_kept`: frames numbered below it are gone, and the sequences using them
-must no longer be sampled.
+must no longer be sampled. Both export their state as flat numpy arrays and scalars
+(`export_state`; compressed blocks as one uint8 array and offsets) and restore it
+(`restore_state`), for checkpoints.
 """
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from r2d2_agent.replay.prioritized import (
+    ReplayStateDict,
+    expect_array,
+    expect_int,
+    expect_str,
+)
 
 __all__ = ["CompressedFrameStore", "RawFrameStore", "zstd_module"]
 
@@ -89,6 +99,55 @@ class RawFrameStore:
         """Frames by number (any shape of numbers); -1 gives a zero frame."""
         rows = np.where(numbers >= 0, numbers % self.capacity, self.capacity)
         return self._frames[rows]
+
+    def export_state(self, prefix: str = "", copy: bool = True) -> ReplayStateDict:
+        """The store's state (keys after `prefix`): `kind` ("raw"), `capacity`, `next`
+        and `rows`, the ring rows written so far (`min(next, capacity)` frames)."""
+        rows = self._frames[: min(self._next, self.capacity)]
+        return {
+            prefix + "kind": "raw",
+            prefix + "capacity": self.capacity,
+            prefix + "next": self._next,
+            prefix + "rows": rows.copy() if copy else rows,
+        }
+
+    def check_state(self, state: Mapping[str, Any], prefix: str = "") -> None:
+        """Raises a ValueError naming the key unless `state` fits this store."""
+        _check_kind(state, prefix, "raw")
+        _check_capacity(state, prefix, self.capacity)
+        count = expect_int(state, prefix + "next", 0)
+        rows = (min(count, self.capacity), *self._frames.shape[1:])
+        expect_array(state, prefix + "rows", rows, self._frames.dtype)
+
+    def restore_state(self, state: Mapping[str, Any], prefix: str = "") -> None:
+        """Replaces the store's frames with an exported state's.
+
+        Raises:
+            ValueError: As `check_state`; the store is then unchanged.
+        """
+        self.check_state(state, prefix)
+        rows = state[prefix + "rows"]
+        self._frames[: len(rows)] = rows
+        self._frames[len(rows) :] = 0
+        self._next = int(state[prefix + "next"])
+
+
+def _check_kind(state: Mapping[str, Any], prefix: str, kind: str) -> None:
+    found = expect_str(state, prefix + "kind")
+    if found != kind:
+        raise ValueError(
+            f"replay state holds a {found!r} frame store ({prefix}kind), this replay a "
+            f"{kind!r} one (another frame_compression?)"
+        )
+
+
+def _check_capacity(state: Mapping[str, Any], prefix: str, capacity: int) -> None:
+    found = expect_int(state, prefix + "capacity")
+    if found != capacity:
+        raise ValueError(
+            f"replay state holds {found} frames ({prefix}capacity), this replay's frame "
+            f"store {capacity}"
+        )
 
 
 class CompressedFrameStore:
@@ -215,3 +274,114 @@ class CompressedFrameStore:
             here = blocks == block
             out_flat[real[here]] = frames[positions[here]]
         return out
+
+    def export_state(self, prefix: str = "", copy: bool = True) -> ReplayStateDict:
+        """The store's state (keys after `prefix`): `kind` ("zstd"), `capacity`,
+        `byte_budget`, `next`, `oldest`, `next_block`; the per-slot index `block_of`
+        (int64) and `index_in_block` (int32); the blocks held, oldest first, as
+        `block_ids`, `block_first`, `block_count` (int64) and their compressed bytes
+        concatenated in `block_data` (uint8), block `i` being
+        `block_data[block_offsets[i] : block_offsets[i + 1]]`."""
+        blocks = list(self._blocks.items())
+        sizes = np.array([len(payload) for _, (_, _, payload) in blocks], dtype=np.int64)
+        offsets = np.zeros(len(blocks) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        data = np.frombuffer(b"".join(payload for _, (_, _, payload) in blocks), np.uint8)
+        return {
+            prefix + "kind": "zstd",
+            prefix + "capacity": self.capacity,
+            prefix + "byte_budget": self.byte_budget,
+            prefix + "next": self._next,
+            prefix + "oldest": self._oldest,
+            prefix + "next_block": self._next_block,
+            prefix + "block_of": self._block_of.copy() if copy else self._block_of,
+            prefix + "index_in_block": (
+                self._index_in_block.copy() if copy else self._index_in_block
+            ),
+            prefix + "block_ids": np.array([block for block, _ in blocks], dtype=np.int64),
+            prefix + "block_first": np.array([b[0] for _, b in blocks], dtype=np.int64),
+            prefix + "block_count": np.array([b[1] for _, b in blocks], dtype=np.int64),
+            prefix + "block_offsets": offsets,
+            prefix + "block_data": data.copy(),  # writable, independent of the bytes
+        }
+
+    def check_state(self, state: Mapping[str, Any], prefix: str = "") -> None:
+        """Raises a ValueError naming the key unless `state` fits this store: same
+        capacity and budget, and every kept frame found in a block held."""
+        p = prefix
+        _check_kind(state, p, "zstd")
+        _check_capacity(state, p, self.capacity)
+        budget = expect_int(state, p + "byte_budget")
+        if budget != self.byte_budget:
+            raise ValueError(
+                f"replay state has a compressed frame budget of {budget} bytes "
+                f"({p}byte_budget), this replay {self.byte_budget} (another "
+                "frame_compression_ratio?)"
+            )
+        count = expect_int(state, p + "next", 0)
+        oldest = expect_int(state, p + "oldest", max(0, count - self.capacity), count)
+        next_block = expect_int(state, p + "next_block", 0)
+        capacity = self.capacity
+        block_of = expect_array(state, p + "block_of", (capacity,), np.int64)
+        index_in_block = expect_array(state, p + "index_in_block", (capacity,), np.int32)
+        ids = expect_array(state, p + "block_ids", None, np.int64)
+        nb = ids.shape[0] if ids.ndim == 1 else -1
+        if nb < 0:
+            raise ValueError(f"replay state {p}block_ids must be 1-D, got shape {ids.shape}")
+        first = expect_array(state, p + "block_first", (nb,), np.int64)
+        frames = expect_array(state, p + "block_count", (nb,), np.int64)
+        offsets = expect_array(state, p + "block_offsets", (nb + 1,), np.int64)
+        data = expect_array(state, p + "block_data", None, np.uint8)
+        if data.ndim != 1 or offsets[0] != 0 or offsets[-1] != data.size:
+            raise ValueError(
+                f"replay state {p}block_offsets must run from 0 to the size of {p}block_data"
+            )
+        if (np.diff(offsets) <= 0).any() or (frames < 1).any():
+            raise ValueError(f"replay state {p}blocks must each hold bytes and frames")
+        if nb and ((np.diff(ids) <= 0).any() or ids[0] < 0 or ids[-1] >= next_block):
+            raise ValueError(
+                f"replay state {p}block_ids must increase and stay below {p}next_block"
+            )
+        if nb and ((first < 0).any() or (first + frames > count).any()):
+            raise ValueError(f"replay state {p}blocks name frames never stored")
+        kept = np.arange(oldest, count, dtype=np.int64)
+        slots = kept % capacity
+        position = np.searchsorted(ids, block_of[slots])
+        found = position < nb
+        found[found] = ids[position[found]] == block_of[slots[found]]
+        if not found.all():
+            raise ValueError(f"replay state {p}block_of names a block not held")
+        start = first[position]
+        if ((kept < start) | (kept >= start + frames[position])).any() or (
+            kept - start != index_in_block[slots]
+        ).any():
+            raise ValueError(f"replay state {p}index_in_block does not match the blocks held")
+
+    def restore_state(self, state: Mapping[str, Any], prefix: str = "") -> None:
+        """Replaces the store's blocks with an exported state's.
+
+        Raises:
+            ValueError: As `check_state`; the store is then unchanged.
+        """
+        self.check_state(state, prefix)
+        p = prefix
+        data = state[p + "block_data"]
+        offsets = state[p + "block_offsets"]
+        blocks: collections.OrderedDict[int, tuple[int, int, bytes]] = collections.OrderedDict()
+        for i, (block, first, count) in enumerate(
+            zip(
+                state[p + "block_ids"],
+                state[p + "block_first"],
+                state[p + "block_count"],
+                strict=True,
+            )
+        ):
+            payload = data[offsets[i] : offsets[i + 1]].tobytes()
+            blocks[int(block)] = (int(first), int(count), payload)
+        self._blocks = blocks
+        self._block_bytes = int(data.size)
+        self._block_of[:] = state[p + "block_of"]
+        self._index_in_block[:] = state[p + "index_in_block"]
+        self._next = int(state[p + "next"])
+        self._oldest = int(state[p + "oldest"])
+        self._next_block = int(state[p + "next_block"])

@@ -19,8 +19,10 @@ to form `w_i = (N * P(i))^-beta / max_j w_j`.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +30,7 @@ from r2d2_agent.replay.sum_tree import SumTree
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PRIORITY_EPSILON", "FieldSpec", "PrioritizedSequenceReplay"]
+__all__ = ["PRIORITY_EPSILON", "FieldSpec", "PrioritizedSequenceReplay", "ReplayStateDict"]
 
 _SLOT_BITS = 32
 _SLOT_MASK = (1 << _SLOT_BITS) - 1
@@ -41,6 +43,85 @@ stored."""
 
 FieldSpec = Mapping[str, tuple[tuple[int, ...], np.dtype]]
 """Field name -> (per-item shape, dtype)."""
+
+ReplayStateDict = dict[str, Any]
+"""A replay's exported state: flat name -> numpy array or plain scalar (int, float, str);
+no Python objects, so it goes into an HDF5 file as datasets and attributes (no pickle)."""
+
+
+def _generator(text: str, key: str) -> np.random.Generator:
+    """A `default_rng()` generator set to the JSON state `text` (from `export_state`)."""
+    generator = np.random.default_rng()
+    try:
+        state = json.loads(text)
+        if not isinstance(state, dict):
+            raise ValueError(f"not a JSON object: {text[:40]!r}")
+        if state.get("bit_generator") != generator.bit_generator.state["bit_generator"]:
+            raise ValueError(
+                f"{state.get('bit_generator')!r} state, the replay samples with "
+                f"{generator.bit_generator.state['bit_generator']!r}"
+            )
+        generator.bit_generator.state = state
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"replay state {key!r} is not a generator state ({exc})") from exc
+    return generator
+
+
+# Reading exported states (shared by the replay, the sum tree's owner and frame stores) -----
+
+
+def expect_value(state: Mapping[str, Any], key: str) -> Any:
+    """`state[key]`, or a ValueError naming the missing key."""
+    if key not in state:
+        raise ValueError(f"replay state has no {key!r}")
+    return state[key]
+
+
+def expect_int(
+    state: Mapping[str, Any], key: str, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """`state[key]` as an int in `[minimum, maximum]`, or a ValueError naming it."""
+    value = expect_value(state, key)
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"replay state {key!r} must be an int, got {value!r}")
+    value = int(value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"replay state {key!r} must be in [{minimum}, {maximum}], got {value}")
+    return value
+
+
+def expect_float(state: Mapping[str, Any], key: str) -> float:
+    """`state[key]` as a float, or a ValueError naming it."""
+    value = expect_value(state, key)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise ValueError(f"replay state {key!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def expect_str(state: Mapping[str, Any], key: str) -> str:
+    """`state[key]` as a str, or a ValueError naming it."""
+    value = expect_value(state, key)
+    if not isinstance(value, str):
+        raise ValueError(f"replay state {key!r} must be a str, got {value!r}")
+    return value
+
+
+def expect_array(
+    state: Mapping[str, Any], key: str, shape: tuple[int, ...] | None, dtype: Any
+) -> np.ndarray:
+    """`state[key]`, checked to be a numpy array of `dtype` and `shape` (None: any)."""
+    value = expect_value(state, key)
+    if not isinstance(value, np.ndarray):
+        raise ValueError(f"replay state {key!r} must be a numpy array, got {type(value).__name__}")
+    if value.dtype != np.dtype(dtype):
+        raise ValueError(
+            f"replay state {key!r} has dtype {value.dtype}, expected {np.dtype(dtype)}"
+        )
+    if shape is not None and value.shape != tuple(shape):
+        raise ValueError(f"replay state {key!r} has shape {value.shape}, expected {tuple(shape)}")
+    return value
 
 
 def _check_priorities(priorities: np.ndarray) -> np.ndarray:
@@ -286,6 +367,113 @@ class PrioritizedSequenceReplay:
         probabilities = self._tree.get(slots) / total
         batch = {name: store[slots] for name, store in self._storage.items()}
         return self._keys(slots), batch, probabilities
+
+    # Export and restore -----------------------------------------------------------------
+
+    def export_state(self, prefix: str = "", copy: bool = True) -> ReplayStateDict:
+        """The replay's whole state as flat arrays and scalars (`restore_state` takes it).
+
+        Keys (each after `prefix`): `capacity`, `priority_exponent`, `next` (the next slot
+        written), `size` (slots written so far: a prefix of the ring), `count` (live
+        items), `rng` (the sampling generator's state, JSON text); arrays `leaves` (the
+        sum tree's `capacity` float64 leaves, `(p + eps) ** alpha`, 0 for empty or
+        invalidated slots), `generation` (int64, -1 for never written), `live` (bool), and
+        `items.<field>` (the `size` written slots of each field).
+
+        Args:
+            prefix: Put before every key.
+            copy: Copy the arrays (False: views of the live storage, valid only until the
+                replay changes, e.g. to write them to a file at once).
+        """
+        size = self._size
+
+        def out(array: np.ndarray) -> np.ndarray:
+            return array.copy() if copy else array
+
+        state: ReplayStateDict = {
+            "capacity": self._capacity,
+            "priority_exponent": self._alpha,
+            "next": self._next,
+            "size": size,
+            "count": self._count,
+            "rng": json.dumps(self._rng.bit_generator.state),
+            "leaves": self._tree.leaves(),
+            "generation": out(self._generation),
+            "live": out(self._live),
+        }
+        for name, store in self._storage.items():
+            state[f"items.{name}"] = out(store[:size])
+        return {prefix + key: value for key, value in state.items()}
+
+    def check_state(self, state: Mapping[str, Any], prefix: str = "") -> None:
+        """Raises unless `state` (from `export_state`) fits this replay.
+
+        Raises:
+            ValueError: Naming the key: a missing or extra field, a capacity, exponent,
+                shape or dtype other than this replay's, or values that contradict each
+                other (counts, generations, priorities of empty slots).
+        """
+        p = prefix
+        capacity = expect_int(state, p + "capacity")
+        if capacity != self._capacity:
+            raise ValueError(
+                f"replay state holds {capacity} sequences ({p}capacity), this replay "
+                f"{self._capacity}"
+            )
+        alpha = expect_float(state, p + "priority_exponent")
+        if alpha != self._alpha:
+            raise ValueError(
+                f"replay state has priority_exponent {alpha}, this replay {self._alpha}"
+            )
+        size = expect_int(state, p + "size", 0, capacity)
+        if size < capacity:  # not yet full: the ring was written from slot 0 up to `next`
+            expect_int(state, p + "next", size, size)
+        else:
+            expect_int(state, p + "next", 0, capacity - 1)
+        count = expect_int(state, p + "count", 0, size)
+        leaves = expect_array(state, p + "leaves", (capacity,), np.float64)
+        generation = expect_array(state, p + "generation", (capacity,), np.int64)
+        live = expect_array(state, p + "live", (capacity,), np.bool_)
+        fields = {key[len(p + "items.") :] for key in state if key.startswith(p + "items.")}
+        if fields != set(self._shapes):
+            raise ValueError(
+                f"replay state has fields {sorted(fields)}, this replay {sorted(self._shapes)}"
+            )
+        for name, shape in self._shapes.items():
+            expect_array(state, f"{p}items.{name}", (size, *shape), self._storage[name].dtype)
+        if int(live.sum()) != count:
+            raise ValueError(f"replay state {p}count={count} but {int(live.sum())} live slots")
+        if live[size:].any() or (generation[size:] != -1).any() or (generation[:size] < 0).any():
+            raise ValueError(
+                f"replay state {p}live/{p}generation mark slots beyond the {size} written"
+            )
+        if not np.isfinite(leaves).all() or (leaves < 0).any() or (leaves[~live] != 0).any():
+            raise ValueError(f"replay state {p}leaves must be finite, >= 0, and 0 for empty slots")
+        _generator(expect_str(state, p + "rng"), p + "rng")
+
+    def restore_state(self, state: Mapping[str, Any], prefix: str = "") -> None:
+        """Replaces the replay's contents with an exported state: items, priorities (the
+        sum tree is rebuilt from its leaves, node for node), keys' generations, the write
+        cursor and the sampling generator. Sampling then draws exactly what the exporting
+        replay would have drawn.
+
+        Raises:
+            ValueError: As `check_state`; the replay is then unchanged.
+        """
+        self.check_state(state, prefix)
+        p = prefix
+        size = int(state[p + "size"])
+        generator = _generator(state[p + "rng"], p + "rng")
+        self._tree.set_leaves(state[p + "leaves"])
+        for name, store in self._storage.items():
+            store[:size] = state[f"{p}items.{name}"]
+            store[size:] = 0
+        self._generation[:] = state[p + "generation"]
+        self._live[:] = state[p + "live"]
+        self._next = int(state[p + "next"])
+        self._size = size
+        self._count = int(state[p + "count"])
+        self._rng = generator
 
     def invalidate(self, slots: np.ndarray) -> None:
         """Makes the items in `slots` unsampleable until their slots are written again.

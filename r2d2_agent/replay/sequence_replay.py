@@ -18,24 +18,51 @@ ids ("stream") to frame numbers. When a frame is overwritten, every sequence tha
 is invalidated (never sampled again, its priority write-backs skipped). With the default
 frame capacity the sequence ring overwrites a sequence before its frames, so this only
 happens with many actors interleaving or an undersized frame store.
+
+`export_state` hands out the whole replay (sequences, priorities, frames, the streams'
+frame ids, the sampling generator) as flat numpy arrays and plain scalars, and
+`restore_state` takes it back, so a checkpoint can hold the replay (no pickle).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.replay.frame_store import CompressedFrameStore, RawFrameStore
 from r2d2_agent.replay.layout import SequenceLayout
-from r2d2_agent.replay.prioritized import PrioritizedSequenceReplay
+from r2d2_agent.replay.prioritized import (
+    PrioritizedSequenceReplay,
+    ReplayStateDict,
+    expect_array,
+    expect_float,
+    expect_int,
+    expect_str,
+)
 
-__all__ = ["SequenceReplay", "default_frame_capacity"]
+__all__ = ["REPLAY_STATE_FORMAT", "SequenceReplay", "default_frame_capacity"]
 
 logger = logging.getLogger(__name__)
 
 _NO_FRAME = np.iinfo(np.int64).max  # the "oldest frame" of a sequence without frames
+
+REPLAY_STATE_FORMAT = ("r2d2-agent sequence replay", 1)
+"""`format` and `format_version` of `SequenceReplay.export_state`."""
+
+_LAYOUT_INTS = (
+    "input_sequence",
+    "state_size",
+    "burnin",
+    "input_length",
+    "multisteps",
+    "period",
+    "prev_action_reward",
+)
 
 
 def default_frame_capacity(layout: SequenceLayout, capacity: int) -> int:
@@ -81,9 +108,14 @@ class _StreamIds:
     """
 
     def __init__(self, span: int) -> None:
-        window = 1 << max(0, (4 * span - 1).bit_length())  # at least 4 sequences' frames
+        window = self.window_for(span)
         self._numbers = np.full(window, -1, dtype=np.int64)
         self._window = window
+
+    @staticmethod
+    def window_for(span: int) -> int:
+        """Ids remembered: a power of two of at least 4 sequences' frames."""
+        return 1 << max(0, (4 * span - 1).bit_length())
 
     def put(self, first_id: int, numbers: np.ndarray) -> None:
         ids = first_id + np.arange(numbers.size)
@@ -91,6 +123,11 @@ class _StreamIds:
 
     def get(self, ids: np.ndarray) -> np.ndarray:
         return self._numbers[ids % self._window]
+
+    @property
+    def numbers(self) -> np.ndarray:
+        """The frame number of each id modulo the window (-1: none yet)."""
+        return self._numbers
 
 
 class SequenceReplay:
@@ -137,6 +174,8 @@ class SequenceReplay:
             )
         self.frame_capacity = int(frame_capacity)
         self._frames = make_frame_store(layout, self.frame_capacity, compression, compression_ratio)
+        self.compression = compression
+        self.compression_ratio = float(compression_ratio)
         self._streams: dict[int, _StreamIds] = {}
         self._oldest_live = _NO_FRAME  # lower bound of the live sequences' oldest frames
         self.dropped = 0
@@ -260,3 +299,145 @@ class SequenceReplay:
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
         """See `PrioritizedSequenceReplay.update_priorities` (stale keys are skipped)."""
         return self._sequences.update_priorities(keys, priorities)
+
+    # Export and restore ---------------------------------------------------------------
+
+    def export_state(self, copy: bool = True) -> ReplayStateDict:
+        """The whole replay as flat numpy arrays and plain scalars (no Python objects).
+
+        Restored with `restore_state` into a replay of the same layout and sizes, it
+        samples exactly as this one would (same items, priorities, keys and generator).
+        Keys: `format`, `format_version`; the summary `capacity`, `size` (sequences that
+        can be sampled), `frame_capacity`, `compression` ("" or "zstd"),
+        `compression_ratio`, `priority_exponent`, `dropped`, and the
+        layout as `layout.<field>` (`layout.frame_shape` as JSON text,
+        `layout.frame_dtype` as numpy's dtype string); `streams.ids` and
+        `streams.numbers`, each actor stream's map from frame ids to frame numbers;
+        `sequences.*` (`PrioritizedSequenceReplay.export_state`) and `frames.*` (the frame
+        store's `export_state`).
+
+        Args:
+            copy: Copy the big arrays. False gives views of the replay's storage, valid
+                only until it changes (enough to write them to a file at once, without
+                holding the replay twice in memory).
+        """
+        layout = self.layout
+        streams = sorted(self._streams)
+        window = self._stream_window()
+        numbers = np.full((len(streams), window), -1, dtype=np.int64)
+        for row, stream in enumerate(streams):
+            numbers[row] = self._streams[stream].numbers
+        state: ReplayStateDict = {
+            "format": REPLAY_STATE_FORMAT[0],
+            "format_version": REPLAY_STATE_FORMAT[1],
+            "capacity": self.capacity,
+            "size": len(self),
+            "frame_capacity": self.frame_capacity,
+            "compression": self.compression or "",
+            "compression_ratio": self.compression_ratio,
+            "priority_exponent": self._sequences.priority_exponent,
+            "dropped": self.dropped,
+            "layout.frame_shape": json.dumps(list(layout.frame_shape)),
+            "layout.frame_dtype": layout.frame_dtype.str,
+            **{f"layout.{name}": int(getattr(layout, name)) for name in _LAYOUT_INTS},
+            "streams.ids": np.array(streams, dtype=np.int64),
+            "streams.numbers": numbers,
+        }
+        state.update(self._sequences.export_state("sequences.", copy))
+        state.update(self._frames.export_state("frames.", copy))
+        return state
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """Raises unless `state` (from `export_state`) fits this replay.
+
+        Raises:
+            ValueError: Naming the key and both values: another format, layout (frame
+                shape or dtype, sequence lengths, stacking, LSTM size), capacity, frame
+                capacity, compression or priority exponent, or arrays of the wrong shape
+                or dtype, or values that contradict each other.
+        """
+        fmt = (expect_str(state, "format"), expect_int(state, "format_version"))
+        if fmt[0] != REPLAY_STATE_FORMAT[0] or fmt[1] > REPLAY_STATE_FORMAT[1]:
+            raise ValueError(
+                f"replay state has format {fmt}, this library reads {REPLAY_STATE_FORMAT}"
+            )
+        layout = self.layout
+        try:
+            frame_shape = tuple(json.loads(expect_str(state, "layout.frame_shape")))
+            frame_dtype = np.dtype(expect_str(state, "layout.frame_dtype"))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"replay state layout.frame_shape/frame_dtype: {exc}") from exc
+        mine = {
+            "layout.frame_shape": (frame_shape, layout.frame_shape),
+            "layout.frame_dtype": (frame_dtype, layout.frame_dtype),
+            **{
+                f"layout.{name}": (expect_int(state, f"layout.{name}"), int(getattr(layout, name)))
+                for name in _LAYOUT_INTS
+            },
+            "capacity": (expect_int(state, "capacity"), self.capacity),
+            "frame_capacity": (expect_int(state, "frame_capacity"), self.frame_capacity),
+            "compression": (expect_str(state, "compression"), self.compression or ""),
+            "priority_exponent": (
+                expect_float(state, "priority_exponent"),
+                self._sequences.priority_exponent,
+            ),
+        }
+        if self.compression:
+            ratio = expect_float(state, "compression_ratio")
+            mine["compression_ratio"] = (ratio, self.compression_ratio)
+        wrong = [
+            f"{key}: {old!r} in the state, {new!r} here"
+            for key, (old, new) in mine.items()
+            if old != new
+        ]
+        if wrong:
+            raise ValueError(
+                "replay state was exported by another replay (" + "; ".join(wrong) + ")"
+            )
+        expect_int(state, "dropped", 0)
+        ids = expect_array(state, "streams.ids", None, np.int64)
+        if ids.ndim != 1 or np.unique(ids).size != ids.size:
+            raise ValueError("replay state streams.ids must be distinct stream numbers")
+        numbers = expect_array(
+            state, "streams.numbers", (ids.size, self._stream_window()), np.int64
+        )
+        self._sequences.check_state(state, "sequences.")
+        self._frames.check_state(state, "frames.")
+        count = expect_int(state, "frames.next")
+        if numbers.size and numbers.max() >= count:
+            raise ValueError("replay state streams.numbers name frames never stored")
+        live = state["sequences.live"][: expect_int(state, "sequences.size")]
+        frame_ids = state["sequences.items.frame_ids"][live]
+        oldest = state["sequences.items.oldest_frame"][live]
+        if self.compression:
+            oldest_kept = expect_int(state, "frames.oldest")
+        else:
+            oldest_kept = max(0, count - self.frame_capacity)
+        if frame_ids.size and (frame_ids.max() >= count or (oldest < oldest_kept).any()):
+            raise ValueError(
+                "replay state sequences.items.frame_ids name frames the frame store does not hold"
+            )
+        if expect_int(state, "size") != expect_int(state, "sequences.count"):
+            raise ValueError("replay state size differs from sequences.count")
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        """Replaces the replay's contents with an exported state (`export_state`):
+        sequences, sum-tree priorities, keys' generations, write cursors, frames, the
+        streams' frame ids and the sampling generator.
+
+        Raises:
+            ValueError: As `check_state`; the replay is then unchanged.
+        """
+        self.check_state(state)
+        self._sequences.restore_state(state, "sequences.")
+        self._frames.restore_state(state, "frames.")
+        self._streams = {}
+        for stream, numbers in zip(state["streams.ids"], state["streams.numbers"], strict=True):
+            self._stream(int(stream)).numbers[:] = numbers
+        self.dropped = int(state["dropped"])
+        oldest = self._sequences.column("oldest_frame")[self._sequences.live]
+        self._oldest_live = int(oldest.min()) if oldest.size else _NO_FRAME
+        logger.debug("SequenceReplay: restored %d sequences", len(self))
+
+    def _stream_window(self) -> int:
+        return _StreamIds.window_for(self.layout.frames_per_sequence)

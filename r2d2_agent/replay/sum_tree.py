@@ -162,6 +162,39 @@ class SumTree:
             )
             width >>= 1
 
+    def leaves(self) -> np.ndarray:
+        """A copy of the `capacity` leaf values (what `set_leaves` restores)."""
+        return self._nodes[self._first_leaf : self._first_leaf + self._capacity].copy()
+
+    def set_leaves(self, values: np.ndarray) -> None:
+        """Replaces every leaf value and recomputes all sums.
+
+        Every internal node is always the sum of its two children, so a tree restored
+        from the leaves of another one equals it node for node (and finds the same
+        leaves for the same targets).
+
+        Args:
+            values: `capacity` values, each as `update` accepts them.
+
+        Raises:
+            ValueError: On a wrong length or a value `update` refuses; the tree is then
+                left unchanged.
+        """
+        vals = np.asarray(values, dtype=np.float64)
+        if vals.shape != (self._capacity,):
+            raise ValueError(
+                f"set_leaves needs {self._capacity} values, got an array of shape {vals.shape}"
+            )
+        bad = ~(vals >= 0.0) | ~(vals <= self._max_value)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"sum tree values must be non-negative, finite and <= {self._max_value:.3g}, "
+                f"got {float(vals[i])} for leaf {i}"
+            )
+        self._nodes[:] = 0.0
+        self.update(np.arange(self._capacity), vals)
+
     def get(self, indices: np.ndarray) -> np.ndarray:
         """Returns the values of the given leaves.
 

@@ -3,8 +3,8 @@
 The learner does not know whether it runs beside the actor in one process or alone in a
 learner process: it takes finished sequences through `add`, trains with `step`, and hands
 out weights with `get_weights`. `save` and `restore` (as Acme's learner) hand its whole
-state, counters included, to and from a checkpoint. `R2D2Builder.make_learner` builds it
-from a config.
+state, counters included (and the replay memory when asked), to and from a checkpoint.
+`R2D2Builder.make_learner` builds it from a config.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 
 from r2d2_agent.checkpoints import (
     IncompatibleCheckpointError,
+    ReplaySnapshot,
     TrainingCounters,
     TrainingState,
     changed_fields,
@@ -118,8 +119,8 @@ class R2D2Learner:
         """
         path = os.fspath(filepath)
         if is_checkpoint_file(path):
-            state = read_checkpoint(path)
-            check_compatible(state, self.config)
+            state = read_checkpoint(path, verify_replay=False)
+            check_compatible(state, self.config, replay=False)
             self._assign("online", self.online.model.weights, state.online_weights, state)
         else:
             try:
@@ -147,11 +148,18 @@ class R2D2Learner:
             base, learner_updates=self.updates, sequences_received=self.sequences_added
         )
 
-    def save(self) -> TrainingState:
+    def save(self, replay: bool = False, copy_replay: bool = True) -> TrainingState:
         """The learner's state: online and target weights, the optimizer's variables
         (Adam's iteration count and moments), `counters()` and the config.
 
         Write it with `r2d2_agent.checkpoints.write_checkpoint`.
+
+        Args:
+            replay: Also hold the replay memory (`SequenceReplay.export_state`: sequences,
+                sum-tree priorities, frames, cursors). It can take gigabytes.
+            copy_replay: Copy the replay's arrays. False keeps views of the live replay,
+                which stay valid only until the replay changes: write the state at once
+                (as `CheckpointCallback` does), without holding the replay twice.
         """
         from r2d2_agent import __version__
 
@@ -166,19 +174,45 @@ class R2D2Learner:
             counters=self.counters(),
             config=config_as_data(self.config),
             library_version=__version__,
+            replay=(
+                ReplaySnapshot.from_state(self.replay.export_state(copy=copy_replay))
+                if replay
+                else None
+            ),
         )
 
-    def restore(self, state: TrainingState) -> None:
-        """Continues from `state`: weights, optimizer state, update and sequence counts.
+    def restore(self, state: TrainingState, replay: bool = True) -> None:
+        """Continues from `state`: weights, optimizer state, update and sequence counts,
+        and, with `replay`, the replay memory when the checkpoint holds one (its
+        sequences, priorities and frames replace the replay's contents, so training goes
+        on without refilling). A checkpoint without replay leaves the replay as it is
+        (a new learner's is empty and refills).
 
-        The replay is not part of a checkpoint: it starts empty and refills.
+        Args:
+            state: A checkpoint's state (`read_checkpoint`, or `save()`).
+            replay: Restore the checkpoint's replay memory, if it holds one.
 
         Raises:
             IncompatibleCheckpointError: If the checkpoint was written for a network of
                 another shape (naming the fields or the weight), or with an optimizer
-                of another kind.
+                of another kind, or holds a replay that does not fit this learner's
+                (naming `memory_capacity` or the other field).
+            CorruptCheckpointError: If the replay's arrays, read from the file now, are
+                gone or fail their checksum.
         """
-        check_compatible(state, self.config)
+        check_compatible(state, self.config, replay=replay)
+        replay_state = None
+        if replay and state.replay is not None:  # checked before anything changes
+            replay_state = state.replay.load()
+            try:
+                self.replay.check_state(replay_state)
+            except ValueError as exc:
+                raise IncompatibleCheckpointError(
+                    state.path or "checkpoint",
+                    f"checkpoint {state.path}: its replay memory does not fit this "
+                    f"learner's replay ({exc}); resume with the settings it was written "
+                    "with, or from a checkpoint without the replay",
+                ) from exc
         changed = changed_fields(state, self.config)
         if changed:
             logger.info(
@@ -192,6 +226,9 @@ class R2D2Learner:
         self._assign("optimizer", self._optimizer_variables(), state.optimizer_weights, state)
         self.updates = state.counters.learner_updates
         self.sequences_added = state.counters.sequences_received
+        if replay_state is not None:
+            self.replay.restore_state(replay_state)
+            logger.info("restored a replay of %d sequences from %s", len(self.replay), state.path)
 
     def _optimizer_variables(self) -> list[Any]:
         variables = self.optimizer.variables
