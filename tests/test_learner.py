@@ -268,3 +268,17 @@ def test_learner_fits_constant_rewards(shared):
     assert abs(first - 1.0) > 0.1  # it did not start there
     assert metrics["mean_q"] == pytest.approx(1.0, abs=0.1)
     assert metrics["loss"] < 1e-2
+
+
+def test_beta_stays_at_beta0_by_default(learner_config):
+    learner = make_learner(learner_config())
+    learner.updates = 10**6
+    assert learner.beta == learner.config.is_exponent
+
+
+def test_beta_reaches_one_after_is_anneal_updates(learner_config):
+    learner = make_learner(learner_config(is_anneal_updates=100))
+    learner.updates = 50
+    assert learner.beta == pytest.approx((learner.config.is_exponent + 1.0) / 2)
+    learner.updates = 100
+    assert learner.beta == pytest.approx(1.0)

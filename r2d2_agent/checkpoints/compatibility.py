@@ -86,10 +86,7 @@ def check_replay_compatible(state: TrainingState, config: R2D2Config) -> None:
     values = _replay_values(dict(state.replay.scalars), config)
     mismatches = {name: pair for name, pair in values.items() if pair[0] != pair[1]}
     if mismatches:
-        listed = "; ".join(
-            f"{name}: {old!r} in the checkpoint's replay, {new!r} in this config"
-            for name, (old, new) in mismatches.items()
-        )
+        listed = _listed(mismatches, "the checkpoint's replay")
         raise IncompatibleCheckpointError(
             state.path or "checkpoint",
             f"checkpoint {state.path} holds a replay memory of {state.replay.size} sequences "
@@ -98,6 +95,14 @@ def check_replay_compatible(state: TrainingState, config: R2D2Config) -> None:
             "save_replay=False)",
             mismatches,
         )
+
+
+def _listed(mismatches: dict[str, tuple[Any, Any]], where: str) -> str:
+    """`"name: old in <where>, new in this config; ..."` for an error message."""
+    return "; ".join(
+        f"{name}: {old!r} in {where}, {new!r} in this config"
+        for name, (old, new) in mismatches.items()
+    )
 
 
 def config_as_data(config: R2D2Config) -> dict[str, Any]:
@@ -130,10 +135,7 @@ def check_compatible(state: TrainingState, config: R2D2Config, replay: bool = Tr
     """
     mismatches = _differences(state.config, config, NETWORK_FIELDS)
     if mismatches:
-        listed = "; ".join(
-            f"{name}: {old!r} in the checkpoint, {new!r} in this config"
-            for name, (old, new) in mismatches.items()
-        )
+        listed = _listed(mismatches, "the checkpoint")
         raise IncompatibleCheckpointError(
             state.path or "checkpoint",
             f"checkpoint {state.path} was written for another network ({listed}); resume "
