@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from r2d2_agent.replay.prioritized import (
+from r2d2_agent.replay.state_io import (
     ReplayStateDict,
     expect_array,
     expect_int,

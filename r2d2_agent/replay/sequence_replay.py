@@ -36,8 +36,8 @@ import numpy as np
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.replay.frame_store import CompressedFrameStore, RawFrameStore
 from r2d2_agent.replay.layout import SequenceLayout
-from r2d2_agent.replay.prioritized import (
-    PrioritizedSequenceReplay,
+from r2d2_agent.replay.prioritized import PrioritizedSequenceReplay
+from r2d2_agent.replay.state_io import (
     ReplayStateDict,
     expect_array,
     expect_float,
