@@ -8,17 +8,12 @@ TensorFlow at module level.
 
 from __future__ import annotations
 
-import os
-import sys
 from multiprocessing.connection import Connection
 
 from r2d2_agent.checkpoints import TrainingCounters
-from r2d2_agent.distributed.actor_runner import ActorRunner
 from r2d2_agent.distributed.learner_runner import LearnerRunner
 from r2d2_agent.distributed.messages import (
-    ActorSummary,
     EpisodeFinished,
-    LearnerSummary,
     StopRequested,
     WeightsLayout,
     WeightsSegment,
@@ -32,6 +27,13 @@ from r2d2_agent.distributed.mp.weights_channel import (
     SharedWeightsSubscriber,
 )
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart
+from r2d2_agent.distributed.wiring import (
+    actor_summary,
+    build_learner,
+    learner_summary,
+    make_actor_runner,
+    make_learner_runner,
+)
 from r2d2_agent.roles.hooks import bind_stop_requester
 
 __all__ = ["actor_main", "learner_main"]
@@ -118,18 +120,12 @@ def actor_main(
     env = spec.env_factory()
     sender = PipeExperienceSender(experience, stop)
     subscriber = SharedWeightsSubscriber(weights)
-    runner = ActorRunner(
-        actor.index,
-        spec.builder,
+    runner = make_actor_runner(
+        actor,
         env,
         sender,
         subscriber,
-        epsilon=actor.epsilon,
-        seed=actor.seed,
-        send_batch_size=spec.options.send_batch_size,
-        progress=_ActorReporter(counters, actor.index, events),
-        callbacks=spec.callbacks,
-        stream=actor.stream,
+        _ActorReporter(counters, actor.index, events),
         initial_steps=counters.actor_steps(actor.index),
         initial_episodes=counters.actor_episodes(actor.index),
     )
@@ -147,15 +143,7 @@ def actor_main(
         env.close()
         subscriber.close()
         sender.close()
-    summary = ActorSummary(
-        pid=os.getpid(),
-        policy=type(runner.policy).__name__,
-        tensorflow_loaded="tensorflow" in sys.modules,
-        steps=runner.steps,
-        weight_pulls=runner.weight_pulls,
-        items_sent=runner.items_sent,
-    )
-    events.send(summary)
+    events.send(actor_summary(runner))
 
 
 def learner_main(
@@ -180,11 +168,7 @@ def learner_main(
     """
     learner_start = start.load()
     spec = learner_start.spec
-    learner = spec.builder.make_learner()
-    if learner_start.resume is not None:
-        learner.restore(learner_start.resume)
-    elif learner_start.initial_weights is not None:
-        learner.set_weights(learner_start.initial_weights)
+    learner = build_learner(learner_start)
     learner.run_counters = _run_counters(counters)
     bind_stop_requester(spec.callbacks, _stop_requester(events, "learner"))
     events.send(WeightsLayout(WeightsSpec.from_arrays(learner.get_weights())))
@@ -198,24 +182,11 @@ def learner_main(
     publisher = AttachedWeightsPublisher(message.handle)
     receiver = PipeExperienceReceiver(control)
     reporter = _LearnerReporter(counters)
-    runner = LearnerRunner(
-        learner,
-        receiver,
-        publisher,
-        publish_interval=spec.options.publish_interval,
-        env_steps_per_update=spec.env_steps_per_update,
-        ratio_tolerance=spec.options.ratio_tolerance,
-        nb_trains=learner_start.nb_trains,
-        callbacks=spec.callbacks,
-        progress=reporter,
-    )
+    runner = make_learner_runner(learner_start, learner, receiver, publisher, reporter)
     try:
         runner.run(ParentWatch(stop, every=16))
     finally:
         reporter.on_learner_progress(runner)
         receiver.close()
         publisher.close()
-    summary = LearnerSummary(
-        pid=os.getpid(), updates=runner.updates, sequences=runner.sequences_received
-    )
-    events.send(summary)
+    events.send(learner_summary(runner))

@@ -12,7 +12,6 @@ Starting and stopping one process is `children`; what the run reports is
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import multiprocessing
@@ -43,13 +42,13 @@ from r2d2_agent.distributed.mp.shared_state import RunCounters, SharedFlag
 from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
 from r2d2_agent.distributed.reports import Progress, ProgressBar, TrainResult
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec, TrainLimits
+from r2d2_agent.distributed.supervision import RunBook
 
 __all__ = ["Supervisor"]
 
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.1
-_RECENT_EPISODES = 20
 
 
 class Supervisor:
@@ -80,6 +79,7 @@ class Supervisor:
         self.limits = limits
         self.on_progress = on_progress
         self.ctx = ctx or multiprocessing.get_context("spawn")
+        self.book = RunBook(spec, limits)
         self._initial_weights = initial_weights
         n = spec.nb_actors
         self.stop = SharedFlag(self.ctx)
@@ -95,21 +95,12 @@ class Supervisor:
             self.counters.set_learner(updates=c.learner_updates, sequences=c.sequences_received)
         self.learner: ChildProcess | None = None
         self.actors: list[ChildProcess | None] = [None] * n
-        self.returns: list[list[float]] = [[] for _ in range(n)]
-        self.restarts = [0] * n
-        self.actor_info: list[dict[str, Any]] = [{} for _ in range(n)]
-        self.recent: collections.deque[float] = collections.deque(maxlen=_RECENT_EPISODES)
         self.weights_spec: WeightsSpec | None = None
         self.segment: SharedWeights | None = None
         self.control: Connection | None = None
         self.final_weights: list[np.ndarray] | None = None
         self.version = 0
-        self.reason = ""
         self.stopping = False
-        self.stop_requested = False
-        self.requested_reason = "requested"
-        self.stop_detail = ""
-        self.t0 = time.monotonic()
 
     # Public --------------------------------------------------------------------------
 
@@ -129,24 +120,18 @@ class Supervisor:
                 self._pump()
                 self._report(bar)
         except KeyboardInterrupt:
-            self.reason = "interrupted"
+            self.book.reason = "interrupted"
             logger.warning("interrupted: stopping the actors and the learner")
         finally:
             bar.close()
             self.close()
-        return TrainResult(
+        return self.book.result(
             env_steps=self.counters.total_steps(),
             learner_updates=self.counters.learner_value("updates"),
             sequences_received=self.counters.learner_value("sequences"),
             weights_version=self.version,
-            elapsed_seconds=time.monotonic() - self.t0,
-            stop_reason=self.reason,
             actor_env_steps=self.counters.all_actor_steps(),
-            episode_returns=self.returns,
-            actor_restarts=list(self.restarts),
-            actor_info=self.actor_info,
             episodes=sum(self.counters.all_actor_episodes()),
-            stop_detail=self.stop_detail,
             resumed_from=None if self.resume is None else self.resume.path,
         )
 
@@ -172,12 +157,7 @@ class Supervisor:
                 "callback" (`R2D2Callback.request_stop`).
             detail: Who asked and why (`TrainResult.stop_detail`).
         """
-        if not self.stop_requested:
-            self.stop_requested = True
-            self.requested_reason = reason
-            self.stop_detail = detail
-            if detail:
-                logger.info("stop requested by %s", detail)
+        self.book.request_stop(reason, detail)
 
     def close(self) -> None:
         """Stops every child and releases every resource (idempotent)."""
@@ -243,14 +223,15 @@ class Supervisor:
     def _start_actor(self, i: int) -> None:
         spec = self.spec
         exp_r, exp_w = self.ctx.Pipe(duplex=False)
-        seed = spec.actor_seed(i, self.restarts[i])
+        restarts = self.book.restarts[i]
+        seed = spec.actor_seed(i, restarts)
         start = ActorStart(
             spec,
             i,
             seed,
             spec.actor_epsilon(i),
             self.limits.nb_steps,
-            stream=spec.actor_stream(i, self.restarts[i]),
+            stream=spec.actor_stream(i, restarts),
         )
         setup = ChildSetup(
             "actor",
@@ -315,15 +296,14 @@ class Supervisor:
 
     def _handle(self, child: ChildProcess, message: Any) -> None:
         if isinstance(message, EpisodeFinished):
-            self.returns[child.index].append(message.episode_return)
-            self.recent.append(message.episode_return)
+            self.book.record_episode(child.index, message.episode_return)
         elif isinstance(message, WeightsLayout):
             self.weights_spec = message.spec
         elif isinstance(message, ChildFailed):
             child.error = message.traceback
         elif isinstance(message, ActorSummary):
             child.summary = message
-            self.actor_info[child.index] = dataclasses.asdict(message)
+            self.book.actor_info[child.index] = dataclasses.asdict(message)
         elif isinstance(message, LearnerSummary):
             child.summary = message
         elif isinstance(message, StopRequested):
@@ -334,7 +314,7 @@ class Supervisor:
     def _on_exit(self, child: ChildProcess) -> None:
         code = child.process.exitcode
         if child.role == "learner":
-            if code == 0 and (self._trains_done() or self.stopping):
+            if code == 0 and (self.book.trains_done(self._updates()) or self.stopping):
                 return
             if self.stopping and code != 0 and child.error is None:
                 return  # terminated by the shutdown itself
@@ -342,44 +322,27 @@ class Supervisor:
         if code == 0 or self.stopping:
             return
         i = child.index
-        max_restarts = self.spec.options.max_actor_restarts
-        if self.restarts[i] >= max_restarts:
-            raise child_error(
-                child,
-                f"actor {i} died and was already restarted {self.restarts[i]} time(s) "
-                f"(max_actor_restarts={max_restarts}); stopping the run",
-                code,
-            )
+        if not self.book.may_restart(i):
+            raise child_error(child, self.book.restart_refusal(i), code)
         last = (child.error or "").strip().splitlines()[-1:] or ["no traceback"]
         logger.warning("actor %d died (%s: %s); restarting it", i, describe_exit(code), last[0])
-        self.restarts[i] += 1
+        self.book.restarts[i] += 1
         child.events.close()
         child.process.close()
         self._start_actor(i)
 
     # Limits and progress ---------------------------------------------------------------
 
-    def _trains_done(self) -> bool:
-        nb_trains = self.limits.nb_trains
-        return nb_trains is not None and self.counters.learner_value("updates") >= nb_trains
+    def _updates(self) -> int:
+        return self.counters.learner_value("updates")
 
     def _limit_reached(self) -> bool:
-        limits = self.limits
-        if self.stop_requested:
-            self.reason = self.requested_reason
-        elif limits.nb_steps is not None and self.counters.total_steps() >= limits.nb_steps:
-            self.reason = "nb_steps"
-        elif self._trains_done():
-            self.reason = "nb_trains"
-        elif limits.max_seconds is not None and time.monotonic() - self.t0 >= limits.max_seconds:
-            self.reason = "max_seconds"
-        return bool(self.reason)
+        return self.book.limit_reached(self.counters.total_steps(), self._updates())
 
     def snapshot(self) -> Progress:
         """The current `Progress`."""
         counters = self.counters
-        return Progress(
-            elapsed_seconds=time.monotonic() - self.t0,
+        return self.book.progress(
             env_steps=counters.total_steps(),
             actor_env_steps=tuple(counters.all_actor_steps()),
             learner_updates=counters.learner_value("updates"),
@@ -387,10 +350,8 @@ class Supervisor:
             weights_version=counters.learner_value("version"),
             loss=counters.loss,
             episodes=sum(counters.all_actor_episodes()),
-            recent_mean_return=float(np.mean(self.recent)) if self.recent else None,
             actor_pids=tuple(None if a is None or a.exited else a.process.pid for a in self.actors),
             learner_pid=self.learner.process.pid if self.learner else None,
-            actor_restarts=tuple(self.restarts),
         )
 
     def _report(self, bar: ProgressBar) -> None:

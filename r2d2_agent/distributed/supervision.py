@@ -1,0 +1,164 @@
+"""`RunBook`: what every backend's supervisor keeps for one `R2D2Manager.train` call.
+
+The limits and why the run stopped, stop requests, the episodes' returns per actor, actor
+restarts and summaries, and the `Progress` and `TrainResult` built from a backend's
+counters. The backends differ in how they start, watch and stop processes, not in this.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from r2d2_agent.distributed.reports import Progress, TrainResult
+from r2d2_agent.distributed.spec import RunSpec, TrainLimits
+
+__all__ = ["RunBook"]
+
+logger = logging.getLogger(__name__)
+
+_RECENT_EPISODES = 20
+
+
+class RunBook:
+    """The bookkeeping of one training session of `spec`.
+
+    Args:
+        spec: The run.
+        limits: When to stop.
+    """
+
+    def __init__(self, spec: RunSpec, limits: TrainLimits) -> None:
+        n = spec.nb_actors
+        self.spec = spec
+        self.limits = limits
+        self.t0 = time.monotonic()
+        self.returns: list[list[float]] = [[] for _ in range(n)]
+        """Per actor index, the returns of its episodes finished in this call."""
+        self.recent: collections.deque[float] = collections.deque(maxlen=_RECENT_EPISODES)
+        self.restarts = [0] * n
+        """Per actor index, how many times it was restarted."""
+        self.actor_info: list[dict[str, Any]] = [{} for _ in range(n)]
+        """Per actor index, what its last process reported at exit."""
+        self.reason = ""
+        """Why the run stopped ("" while it runs)."""
+        self.stop_requested = False
+        self.requested_reason = "requested"
+        self.stop_detail = ""
+
+    @property
+    def elapsed_seconds(self) -> float:
+        """Seconds since the call started."""
+        return time.monotonic() - self.t0
+
+    def request_stop(self, reason: str = "requested", detail: str = "") -> None:
+        """Asks the run to stop at the next `limit_reached` (the first request wins).
+
+        Args:
+            reason: The stop reason: "requested" (`R2D2Manager.request_stop`) or
+                "callback" (`R2D2Callback.request_stop`).
+            detail: Who asked and why (`TrainResult.stop_detail`).
+        """
+        if not self.stop_requested:
+            self.stop_requested = True
+            self.requested_reason = reason
+            self.stop_detail = detail
+            if detail:
+                logger.info("stop requested by %s", detail)
+
+    def record_episode(self, index: int, episode_return: float) -> None:
+        """Keeps the return of an episode actor `index` finished."""
+        self.returns[index].append(float(episode_return))
+        self.recent.append(float(episode_return))
+
+    def may_restart(self, index: int) -> bool:
+        """Whether actor `index` may be restarted once more (`max_actor_restarts`)."""
+        return self.restarts[index] < self.spec.options.max_actor_restarts
+
+    def restart_refusal(self, index: int) -> str:
+        """Why actor `index` is not restarted again (the message of the error raised)."""
+        return (
+            f"actor {index} died and was already restarted {self.restarts[index]} time(s) "
+            f"(max_actor_restarts={self.spec.options.max_actor_restarts}); stopping the run"
+        )
+
+    def trains_done(self, updates: int) -> bool:
+        """Whether the learner reached `nb_trains`."""
+        nb_trains = self.limits.nb_trains
+        return nb_trains is not None and updates >= nb_trains
+
+    def limit_reached(self, env_steps: int, updates: int) -> bool:
+        """Whether a stop was requested or a limit reached; sets `reason` if so."""
+        limits = self.limits
+        if self.reason:
+            return True
+        if self.stop_requested:
+            self.reason = self.requested_reason
+        elif limits.nb_steps is not None and env_steps >= limits.nb_steps:
+            self.reason = "nb_steps"
+        elif self.trains_done(updates):
+            self.reason = "nb_trains"
+        elif limits.max_seconds is not None and self.elapsed_seconds >= limits.max_seconds:
+            self.reason = "max_seconds"
+        return bool(self.reason)
+
+    def progress(
+        self,
+        *,
+        env_steps: int,
+        actor_env_steps: tuple[int, ...],
+        learner_updates: int,
+        sequences_received: int,
+        weights_version: int,
+        loss: float,
+        episodes: int,
+        actor_pids: tuple[int | None, ...],
+        learner_pid: int | None,
+    ) -> Progress:
+        """A `Progress` from the backend's counters and this book."""
+        return Progress(
+            elapsed_seconds=self.elapsed_seconds,
+            env_steps=env_steps,
+            actor_env_steps=actor_env_steps,
+            learner_updates=learner_updates,
+            sequences_received=sequences_received,
+            weights_version=weights_version,
+            loss=loss,
+            episodes=episodes,
+            recent_mean_return=float(np.mean(self.recent)) if self.recent else None,
+            actor_pids=actor_pids,
+            learner_pid=learner_pid,
+            actor_restarts=tuple(self.restarts),
+        )
+
+    def result(
+        self,
+        *,
+        env_steps: int,
+        learner_updates: int,
+        sequences_received: int,
+        weights_version: int,
+        actor_env_steps: list[int],
+        episodes: int,
+        resumed_from: str | None,
+    ) -> TrainResult:
+        """The `TrainResult` from the backend's final counters and this book."""
+        return TrainResult(
+            env_steps=env_steps,
+            learner_updates=learner_updates,
+            sequences_received=sequences_received,
+            weights_version=weights_version,
+            elapsed_seconds=self.elapsed_seconds,
+            stop_reason=self.reason,
+            actor_env_steps=actor_env_steps,
+            episode_returns=self.returns,
+            actor_restarts=list(self.restarts),
+            actor_info=self.actor_info,
+            episodes=episodes,
+            stop_detail=self.stop_detail,
+            resumed_from=resumed_from,
+        )
