@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,atari]"
+	$(BIN)/python -m pip install --quiet -e ".[test,atari,ray]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -42,8 +42,13 @@ from r2d2_agent.presets import cartpole_config
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
 
-def run_throughput(actors: int, numpy_policy: bool, seconds: float, rate_limit: bool) -> dict:
-    """One free-running (or rate-limited) run; rates over its steady part."""
+def run_throughput(
+    actors: int, numpy_policy: bool, seconds: float, rate_limit: bool, **manager_kwargs
+) -> dict:
+    """One free-running (or rate-limited) run; rates over its steady part.
+
+    `manager_kwargs` go to `R2D2Manager` (e.g. `backend="ray"`).
+    """
     config = cartpole_config(seed=0)
     manager = R2D2Manager(
         CARTPOLE,
@@ -52,6 +57,7 @@ def run_throughput(actors: int, numpy_policy: bool, seconds: float, rate_limit: 
         progress=False,
         use_numpy_policy=numpy_policy,
         rate_limit=rate_limit,
+        **manager_kwargs,
     )
     marks: dict = {}
 

@@ -4,6 +4,8 @@
     python examples/cartpole.py --masked            # only cart position and pole angle seen
     python examples/cartpole.py --env Acrobot-v1    # another env with a vector observation
     python examples/cartpole.py --nb-steps 90000 --resume runs/<run>/checkpoints  # continue
+    python examples/cartpole.py --backend ray       # actors and learner as Ray actors
+    python examples/cartpole.py --backend ray --ray-address auto   # on a running cluster
 
 Arguments -> env factory -> config -> manager -> train (progress bar, a run directory of
 logs and TensorBoard summaries, checkpoints) -> a test agent with the learner's weights ->
@@ -36,6 +38,15 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--run-dir", help="run directory (default: runs/<run name>)")
     parser.add_argument("--resume", help="checkpoint file or directory to continue from")
+    parser.add_argument(
+        "--backend",
+        choices=["multiprocessing", "ray"],
+        default="multiprocessing",
+        help="processes on this machine, or Ray actors (pip install 'r2d2-agent[ray]')",
+    )
+    parser.add_argument(
+        "--ray-address", help="with --backend ray: the cluster (default: a local Ray)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
@@ -62,7 +73,15 @@ def main() -> None:
 
     # 3. Train with the manager; it stops at the first limit reached (with --resume,
     #    nb_steps counts from the checkpoint's env steps).
-    with R2D2Manager(env_factory, config, actor_num=args.actors, callbacks=callbacks) as manager:
+    ray = dict(ray_address=args.ray_address) if args.backend == "ray" else {}
+    with R2D2Manager(
+        env_factory,
+        config,
+        actor_num=args.actors,
+        callbacks=callbacks,
+        backend=args.backend,
+        **ray,
+    ) as manager:
         result = manager.train(
             nb_steps=args.nb_steps, max_seconds=args.max_seconds, resume_from=args.resume
         )

@@ -111,6 +111,7 @@ def test_the_compat_module_and_the_config_import_nothing_of_the_package(name):
         "r2d2_agent.plot",
         "r2d2_agent.distributed",
         "r2d2_agent.distributed.mp.entrypoints",
+        "r2d2_agent.distributed.ray_backend.supervisor",
         "r2d2_agent.testing",
         "r2d2_agent.presets",
     ],
@@ -121,3 +122,11 @@ def test_module_imports_without_tensorflow(module):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "False", f"importing {module} loaded TensorFlow"
+
+
+def test_the_manager_imports_without_ray():
+    code = "import sys, r2d2_agent, r2d2_agent.distributed; print('ray' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False", "importing the manager loaded Ray"

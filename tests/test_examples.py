@@ -88,6 +88,27 @@ def test_the_cartpole_example_trains_with_the_manager(tmp_path):
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0
 
 
+def test_the_cartpole_example_trains_on_ray(tmp_path):
+    pytest.importorskip("ray")
+    out = run_example(
+        "cartpole.py",
+        "--backend",
+        "ray",
+        "--actors",
+        "1",
+        "--nb-steps",
+        "1000",
+        "--eval-episodes",
+        "1",
+        "--run-dir",
+        "run",
+        cwd=tmp_path,
+    )
+    assert "stopped by nb_steps: 10" in out  # the budget, passed by a few steps at most
+    assert "greedy evaluation over 1 episodes:" in out
+    assert any((tmp_path / "run" / "checkpoints").glob("*.h5"))  # relative to the caller
+
+
 def test_the_cartpole_example_takes_the_masked_task(tmp_path):
     out = run_example(
         "cartpole.py", "--masked", "--actors", "1", "--nb-steps", "1000", cwd=tmp_path

@@ -61,7 +61,7 @@ class CheckpointCallback(R2D2Callback):
             raise ValueError(f"interval must be an int >= 1, got {interval!r}")
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be an int >= 1, got {keep!r}")
-        self.filepath = os.fspath(filepath)
+        self.filepath = os.path.abspath(os.fspath(filepath))  # a Ray worker may have another cwd
         self.interval = interval
         self.load_path = None if load_path is None else os.fspath(load_path)
         self.save_at_end = save_at_end

@@ -57,7 +57,7 @@ class RunLogCallback(R2D2Callback):
         super().__init__()
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise ValueError(f"interval must be an int >= 1, got {interval!r}")
-        self.run_dir = os.fspath(run_dir)
+        self.run_dir = os.path.abspath(os.fspath(run_dir))  # a Ray worker may have another cwd
         self.interval = interval
         self.plot = bool(plot)
         self.tensorboard = (

@@ -9,6 +9,7 @@ writes to its own subfolder of `logdir`: `agent` (single process; x: env steps),
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -28,7 +29,7 @@ class TensorBoardCallback(R2D2Callback):
         super().__init__()
         if interval < 1:
             raise ValueError(f"interval must be >= 1, got {interval!r}")
-        self.logdir = str(logdir)
+        self.logdir = os.path.abspath(os.fspath(logdir))  # a Ray worker may have another cwd
         self.interval = int(interval)
         self._writer: Any = None
         self._t0 = 0.0

@@ -1,8 +1,11 @@
 """`R2D2Manager`: R2D2 with N actor processes and one learner process.
 
 The manager validates its inputs once, in the parent, into a `RunSpec` (before any child
-starts, and without importing TensorFlow). `train` hands that spec to the multiprocessing
-`Supervisor`, which starts the processes with the `spawn` method:
+starts, and without importing TensorFlow). `train` hands that spec to a backend: the
+multiprocessing `Supervisor` (the default, one machine) or, with `backend="ray"`, the
+`RaySupervisor` (Ray actors anywhere in a Ray cluster; see
+`r2d2_agent.distributed.ray_backend`). The multiprocessing backend starts the processes
+with the `spawn` method:
 
 * the learner builds the network and reports its weights layout; the parent creates the
   shared-memory segment (so it can always unlink it) and hands it to the learner, which
@@ -29,6 +32,7 @@ import numpy as np
 from r2d2_agent.checkpoints import check_compatible, read_checkpoint
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.distributed.mp.supervisor import Supervisor
+from r2d2_agent.distributed.ray_backend import RayOptions, require_ray
 from r2d2_agent.distributed.reports import Progress, TrainResult
 from r2d2_agent.distributed.spec import RunOptions, RunSpec, TrainLimits
 from r2d2_agent.envs.checks import check_env_matches_config
@@ -40,6 +44,9 @@ from r2d2_agent.roles.hooks import bind_stop_requester, call_hooks
 __all__ = ["R2D2Manager"]
 
 logger = logging.getLogger(__name__)
+
+BACKENDS = ("multiprocessing", "ray")
+"""The manager's backends."""
 
 
 class R2D2Manager:
@@ -74,6 +81,13 @@ class R2D2Manager:
         shutdown_timeout: Seconds children get to stop before they are terminated.
         tf_verbose: Show TensorFlow's native start-up logs (CUDA, absl, oneDNN) in the
             children; None (default) hides them unless `R2D2_TF_VERBOSE=1` is set.
+        backend: "multiprocessing" (processes on this machine) or "ray" (Ray actors in a
+            Ray cluster; needs `pip install "r2d2-agent[ray]"`).
+        ray_address: With `backend="ray"`: the cluster to join (e.g. "auto" or
+            "ray://head:10001"); None uses the Ray already initialised in this process,
+            else `RAY_ADDRESS`, else starts a local Ray for the run (and stops it after).
+        ray_options: With `backend="ray"`: placement and pacing (`RayOptions`: CPUs per
+            actor, the learner's GPUs, the experience back-pressure bound, ...).
 
     Raises:
         TypeError: On an unpicklable factory, image model or callback, a factory that is
@@ -82,6 +96,8 @@ class R2D2Manager:
         ValueError: On invalid options, an env whose spaces do not fit the config, or a
             replay larger than the machine's available memory (naming `memory_capacity`,
             the estimate and the available memory); before any process starts.
+        ImportError: `backend="ray"` without Ray installed (the message says what to
+            install).
     """
 
     def __init__(
@@ -104,7 +120,23 @@ class R2D2Manager:
         progress: bool = True,
         shutdown_timeout: float = 10.0,
         tf_verbose: bool | None = None,
+        backend: str = "multiprocessing",
+        ray_address: str | None = None,
+        ray_options: RayOptions | None = None,
     ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if backend != "ray" and (ray_address is not None or ray_options is not None):
+            raise ValueError(
+                f"ray_address and ray_options need backend='ray', got backend={backend!r}"
+            )
+        if ray_options is not None and not isinstance(ray_options, RayOptions):
+            raise TypeError(f"ray_options must be a RayOptions, got {type(ray_options).__name__}")
+        if backend == "ray":
+            require_ray()
+        self.backend = backend
+        self.ray_address = ray_address
+        self.ray_options = (ray_options or RayOptions()) if backend == "ray" else None
         if not isinstance(config, R2D2Config):
             raise TypeError(f"config must be an R2D2Config, got {type(config).__name__}")
         options = RunOptions(
@@ -130,7 +162,7 @@ class R2D2Manager:
         )
         _check_env(env_factory, config, builder.observation_dtype)
         check_replay_fits(config, builder.observation_dtype)  # the learner's, before it starts
-        self._run: Supervisor | None = None
+        self._run: Any = None  # a Supervisor or a RaySupervisor while `train` runs
         self._final_weights: list[np.ndarray] | None = None
         self._eval_policy: Any = None
 
@@ -201,13 +233,7 @@ class R2D2Manager:
             resume = read_checkpoint(resume_from)
             check_compatible(resume, self.config)
             logger.info("resuming from %s", resume.describe())
-        self._run = Supervisor(
-            self.spec,
-            limits,
-            initial_weights=self._final_weights,
-            on_progress=on_progress,
-            resume=resume,
-        )
+        self._run = self._make_backend(limits, on_progress, resume)
         bind_stop_requester(self.spec.callbacks, self._callback_stop)
         try:
             call_hooks(self.spec.callbacks, "on_r2d2_train_begin")
@@ -221,6 +247,33 @@ class R2D2Manager:
         finally:
             bind_stop_requester(self.spec.callbacks, None)
         return result
+
+    def _make_backend(
+        self,
+        limits: TrainLimits,
+        on_progress: Callable[[Progress], None] | None,
+        resume: Any,
+    ) -> Any:
+        """The backend's supervisor for one `train` call."""
+        if self.backend == "ray":
+            from r2d2_agent.distributed.ray_backend.supervisor import RaySupervisor
+
+            return RaySupervisor(
+                self.spec,
+                limits,
+                initial_weights=self._final_weights,
+                on_progress=on_progress,
+                resume=resume,
+                address=self.ray_address,
+                options=self.ray_options,
+            )
+        return Supervisor(
+            self.spec,
+            limits,
+            initial_weights=self._final_weights,
+            on_progress=on_progress,
+            resume=resume,
+        )
 
     def _callback_stop(self, reason: str) -> None:
         """`R2D2Callback.request_stop` in the parent process."""

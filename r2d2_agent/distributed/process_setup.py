@@ -14,6 +14,7 @@ import logging
 import os
 import pickle
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -37,10 +38,13 @@ class Deferred(Generic[T]):
 
     Args:
         value: The value to carry; it must be picklable.
+        dumps: The pickler; e.g. `cloudpickle.dumps` where the receiving process cannot
+            import the sender's `__main__` (a Ray worker), so functions and classes
+            defined there travel by value. Its output loads with `pickle.loads`.
     """
 
-    def __init__(self, value: T) -> None:
-        self._payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    def __init__(self, value: T, dumps: Callable[..., bytes] = pickle.dumps) -> None:
+        self._payload = dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
     def load(self) -> T:
         """Unpickles the value (in the receiving process)."""

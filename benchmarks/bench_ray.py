@@ -1,0 +1,226 @@
+"""Benchmark: the Ray backend beside multiprocessing, and what crosses the network.
+
+Sections (one JSON object is printed at the end):
+
+* ``throughput``: for 1, 2 and 4 actors (numpy policy, CartPole preset network, learner
+  free-running: ``rate_limit=False``), env steps/s in total and learner updates/s over the
+  steady part of a ``--seconds`` run, with ``backend="multiprocessing"`` and
+  ``backend="ray"`` (a local Ray started once for all its runs, as on a one-node
+  cluster), run one after the other in this process.
+* ``weights``: one weights publish (``ray.put`` of the arrays + registering the reference
+  with the run's board) and one fetch by another process (asking the board + ``ray.get``
+  by reference + a writable copy), on the CartPole preset network and on the CPU-sized
+  Atari network of ``examples/atari.py``, with their sizes in bytes.
+* ``experience``: bytes an actor sends per env step and per sequence on the CartPole
+  preset (pickled `Experience` batches of a real actor), and per learner update at the
+  default ratio.
+
+Usage::
+
+    python benchmarks/bench_ray.py [--seconds 30] [--actors 1 2 4] [--sections ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_manager  # noqa: E402  (a sibling script)
+
+
+def run_throughput(actor_counts: list[int], seconds: float) -> list[dict]:
+    """Free-running runs per backend and actor count (Ray started once, then reused)."""
+    import ray
+
+    rows = []
+    for actors in actor_counts:
+        row = bench_manager.run_throughput(actors, True, seconds, rate_limit=False)
+        rows.append({"backend": "multiprocessing", **row})
+    ray.init(num_cpus=max(os.cpu_count() or 1, 1 + max(actor_counts)), include_dashboard=False)
+    try:
+        for actors in actor_counts:
+            row = bench_manager.run_throughput(
+                actors, True, seconds, rate_limit=False, backend="ray"
+            )
+            rows.append({"backend": "ray", **row})
+    finally:
+        ray.shutdown()
+    return rows
+
+
+class _Fetcher:
+    """A Ray actor that fetches published weights as an actor process does."""
+
+    def __init__(self, board) -> None:
+        from r2d2_agent.distributed.ray_backend.channels import ObjectStoreSubscriber
+
+        self.subscriber = ObjectStoreSubscriber(board)
+
+    def fetch(self) -> float:
+        """Seconds for one `pull_if_newer` that finds a newer version."""
+        start = time.perf_counter()
+        arrays = self.subscriber.pull_if_newer()
+        elapsed = time.perf_counter() - start
+        if arrays is None:
+            raise RuntimeError("no newer weights to fetch")
+        return elapsed
+
+
+def _weights_of(config, image_model=None) -> list[np.ndarray]:
+    from r2d2_agent.roles import R2D2Builder
+
+    return R2D2Builder(config, image_model).make_learner().get_weights()
+
+
+def run_weights(repeats: int) -> list[dict]:
+    """Publish and fetch costs through the object store, for two network sizes."""
+    import ray
+
+    from r2d2_agent.distributed.ray_backend.board import RunBoard
+    from r2d2_agent.distributed.ray_backend.channels import ObjectStorePublisher
+    from r2d2_agent.presets import cartpole_config
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    import atari  # the example's CPU-sized configuration
+
+    from r2d2_agent import InputType, R2D2Config
+    from r2d2_agent.image_models import DQNImageModel
+
+    atari_config = R2D2Config(
+        input_shape=(84, 84),
+        nb_actions=4,
+        input_type=InputType.GRAY_2ch,
+        input_sequence=4,
+        seed=0,
+        **atari.CPU_SIZED,
+    )
+    networks = {
+        "cartpole_preset": _weights_of(cartpole_config(seed=0)),
+        "atari_cpu_sized": _weights_of(atari_config, DQNImageModel()),
+    }
+    ray.init(num_cpus=2, include_dashboard=False)
+    rows = []
+    try:
+        board = ray.remote(num_cpus=0)(RunBoard).remote((0,), (0,))
+        fetcher = ray.remote(num_cpus=0)(_Fetcher).remote(board)
+        publisher = ObjectStorePublisher(board)
+        for name, weights in networks.items():
+            publish_s, fetch_s = [], []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                publisher.publish(weights)
+                publish_s.append(time.perf_counter() - start)
+                fetch_s.append(ray.get(fetcher.fetch.remote()))
+            rows.append(
+                {
+                    "network": name,
+                    "bytes": int(sum(w.nbytes for w in weights)),
+                    "arrays": len(weights),
+                    "publish_ms": round(statistics.median(publish_s) * 1e3, 3),
+                    "fetch_ms": round(statistics.median(fetch_s) * 1e3, 3),
+                }
+            )
+    finally:
+        ray.shutdown()
+    return rows
+
+
+class _Collector:
+    """An `ExperienceSender` that keeps the batches (and never refuses)."""
+
+    def __init__(self) -> None:
+        self.batches: list = []
+
+    def send(self, items, timeout=None) -> bool:
+        self.batches.append(items)
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class _FixedWeights:
+    """A `WeightsSubscriber` that hands out one set of weights once."""
+
+    def __init__(self, weights) -> None:
+        self._weights = weights
+        self.version = 0
+
+    def pull_if_newer(self):
+        if self.version:
+            return None
+        self.version = 1
+        return self._weights
+
+    def close(self) -> None:
+        pass
+
+
+def run_experience(steps: int) -> dict:
+    """Pickled bytes an actor sends on the CartPole preset (a real actor, no learner)."""
+    import gymnasium as gym
+
+    from r2d2_agent.distributed.actor_runner import ActorRunner
+    from r2d2_agent.presets import cartpole_config
+    from r2d2_agent.roles import R2D2Builder
+
+    config = cartpole_config(seed=0)
+    builder = R2D2Builder(config)
+    weights = _weights_of(config)
+    sender = _Collector()
+    env = gym.make("CartPole-v1")
+    runner = ActorRunner(0, builder, env, sender, _FixedWeights(weights), epsilon=0.4, seed=0)
+    runner.run(lambda: runner.steps >= steps)
+    env.close()
+    sizes = [len(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)) for batch in sender.batches]
+    sequences = sum(len(batch) for batch in sender.batches)
+    total = sum(sizes)
+    return {
+        "env_steps": runner.steps,
+        "sequences": sequences,
+        "batches": len(sizes),
+        "bytes_per_env_step": round(total / runner.steps, 1),
+        "bytes_per_sequence": round(total / sequences, 1),
+        "env_steps_per_update": config.train_interval,
+        "bytes_per_update": round(total / runner.steps * config.train_interval, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="per throughput run")
+    parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--repeats", type=int, default=30, help="per weights measure")
+    parser.add_argument("--experience-steps", type=int, default=5000)
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        default=["throughput", "weights", "experience"],
+        choices=["throughput", "weights", "experience"],
+    )
+    args = parser.parse_args()
+    out: dict = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "args": vars(args),
+    }
+    if "experience" in args.sections:
+        out["experience"] = run_experience(args.experience_steps)
+    if "weights" in args.sections:
+        out["weights"] = run_weights(args.repeats)
+    if "throughput" in args.sections:
+        out["throughput"] = run_throughput(args.actors, args.seconds)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

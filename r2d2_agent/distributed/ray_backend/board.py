@@ -1,0 +1,188 @@
+"""`RunBoard`: the coordinator of one Ray run, and the messages it exchanges.
+
+One board per `train` call runs as a small Ray actor (no CPU reserved) beside the driver.
+Every process reports to it every `RayOptions.report_interval` seconds and reads the stop
+flag in the reply; the learner registers each weights publish there (its version and the
+object-store reference, never the arrays); the driver reads a `BoardSnapshot` ten times a
+second. It is a plain class, so it is tested without Ray.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from r2d2_agent.checkpoints import TrainingCounters
+
+__all__ = [
+    "ActorReport",
+    "ActorReply",
+    "BoardSnapshot",
+    "LearnerReport",
+    "PublishedWeights",
+    "RunBoard",
+]
+
+
+@dataclass(frozen=True)
+class ActorReport:
+    """Actor -> board: its counts so far and the returns of episodes since its last report.
+
+    Attributes:
+        index: The actor's index.
+        steps: Env steps this actor index took (over restarts and resumed runs).
+        episodes: Episodes it finished (likewise).
+        returns: Returns of the episodes finished since its previous report, in order.
+    """
+
+    index: int
+    steps: int
+    episodes: int
+    returns: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class ActorReply:
+    """Board -> actor: whether to stop, and the env steps of all actors together."""
+
+    stop: bool
+    total_steps: int
+
+
+@dataclass(frozen=True)
+class LearnerReport:
+    """Learner -> board: its counters after its latest iteration."""
+
+    updates: int
+    sequences: int
+    env_steps: int
+    version: int
+    loss: float
+
+
+@dataclass(frozen=True)
+class PublishedWeights:
+    """The latest published weights: their version and a one-element list holding the
+    object-store reference (a list, so Ray hands the reference over rather than the
+    arrays)."""
+
+    version: int
+    refs: list[Any]
+
+
+@dataclass(frozen=True)
+class BoardSnapshot:
+    """Board -> driver: the run's counters, and what happened since the last snapshot.
+
+    Attributes:
+        actor_steps: Env steps per actor index.
+        actor_episodes: Episodes per actor index.
+        learner: The learner's latest report.
+        returns: (actor index, episode return) of episodes finished since the last
+            snapshot, in arrival order.
+        stop_requests: Who asked to stop and why (`R2D2Callback.request_stop`), since the
+            last snapshot.
+    """
+
+    actor_steps: tuple[int, ...]
+    actor_episodes: tuple[int, ...]
+    learner: LearnerReport
+    returns: tuple[tuple[int, float], ...]
+    stop_requests: tuple[str, ...]
+
+
+class RunBoard:
+    """The run's shared state: stop flag, counters, latest weights, pending events.
+
+    Args:
+        actor_steps: Env steps per actor index to start from (a resumed run's).
+        actor_episodes: Episodes per actor index to start from.
+        updates: Learner updates to start from.
+        sequences: Sequences received to start from.
+    """
+
+    def __init__(
+        self,
+        actor_steps: tuple[int, ...],
+        actor_episodes: tuple[int, ...],
+        updates: int = 0,
+        sequences: int = 0,
+    ) -> None:
+        if len(actor_steps) != len(actor_episodes):
+            raise ValueError("actor_steps and actor_episodes must have one entry per actor")
+        self._steps = [int(s) for s in actor_steps]
+        self._episodes = [int(e) for e in actor_episodes]
+        self._learner = LearnerReport(int(updates), int(sequences), 0, 0, math.nan)
+        self._returns: list[tuple[int, float]] = []
+        self._stop_requests: list[str] = []
+        self._weights: PublishedWeights | None = None
+        self._stop = False
+
+    # Actors ----------------------------------------------------------------------------
+
+    def actor_counts(self, index: int) -> tuple[int, int]:
+        """(env steps, episodes) of actor `index` so far: where a (re)started actor goes on."""
+        return self._steps[index], self._episodes[index]
+
+    def actor_report(self, report: ActorReport) -> ActorReply:
+        """Records an actor's report; replies with the stop flag and the total env steps."""
+        i = report.index
+        self._steps[i] = max(self._steps[i], int(report.steps))
+        self._episodes[i] = max(self._episodes[i], int(report.episodes))
+        self._returns.extend((i, float(r)) for r in report.returns)
+        return ActorReply(self._stop, sum(self._steps))
+
+    # Learner ---------------------------------------------------------------------------
+
+    def learner_report(self, report: LearnerReport) -> bool:
+        """Records the learner's counters; returns the stop flag."""
+        self._learner = report
+        return self._stop
+
+    def publish(self, weights: PublishedWeights) -> None:
+        """Makes `weights` the latest (an older version never replaces a newer one)."""
+        if self._weights is None or weights.version > self._weights.version:
+            self._weights = weights
+
+    def weights_if_newer(self, version: int) -> PublishedWeights | None:
+        """The latest weights if newer than `version`, else None."""
+        if self._weights is None or self._weights.version <= version:
+            return None
+        return self._weights
+
+    def run_counters(self) -> TrainingCounters:
+        """The run's env steps and episodes, for the learner's checkpoints."""
+        return TrainingCounters(
+            env_steps=sum(self._steps),
+            episodes=sum(self._episodes),
+            actor_env_steps=tuple(self._steps),
+            actor_episodes=tuple(self._episodes),
+        )
+
+    # Anyone ----------------------------------------------------------------------------
+
+    def request_stop(self, detail: str) -> None:
+        """A callback asked to end the run (`R2D2Callback.request_stop` in a child)."""
+        self._stop_requests.append(detail)
+
+    def set_stop(self) -> None:
+        """Raises the stop flag: every process stops at its next report."""
+        self._stop = True
+
+    def stopped(self) -> bool:
+        """Whether the stop flag is raised."""
+        return self._stop
+
+    def snapshot(self) -> BoardSnapshot:
+        """The counters, and the returns and stop requests since the last snapshot."""
+        snap = BoardSnapshot(
+            actor_steps=tuple(self._steps),
+            actor_episodes=tuple(self._episodes),
+            learner=self._learner,
+            returns=tuple(self._returns),
+            stop_requests=tuple(self._stop_requests),
+        )
+        self._returns.clear()
+        self._stop_requests.clear()
+        return snap

@@ -1,0 +1,80 @@
+"""`RayOptions`: how the Ray backend places and paces the run's Ray actors."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RayOptions"]
+
+_SCHEDULING = ("SPREAD", "DEFAULT")
+
+
+def _check_number(name: str, value: Any, minimum: float, *, strict: bool) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < minimum or (strict and value == minimum):
+        bound = f"> {minimum}" if strict else f">= {minimum}"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Settings of the Ray backend (`R2D2Manager(..., backend="ray", ray_options=...)`).
+
+    Raises:
+        ValueError: On an invalid value; the message names the option and the value.
+    """
+
+    learner_num_cpus: float = 1.0
+    """CPUs the learner actor reserves in the cluster's scheduler."""
+    learner_num_gpus: float = 0.0
+    """GPUs the learner actor asks for (Ray sets its `CUDA_VISIBLE_DEVICES`); 0: none."""
+    actor_num_cpus: float = 1.0
+    """CPUs each actor reserves; 0.5 packs two actors per CPU."""
+    actor_scheduling: str = "SPREAD"
+    """Ray scheduling strategy of the actors: "SPREAD" (over the nodes) or "DEFAULT"."""
+    inbox_size: int = 64
+    """Experience batches (`send_batch_size` sequences each) the learner holds before a
+    sending actor waits: the back-pressure bound."""
+    report_interval: float = 0.05
+    """Seconds between a process's reports to the run's board (counters, stop flag)."""
+    start_timeout: float = 300.0
+    """Seconds a Ray actor may take to be placed and started (e.g. waiting for a node
+    with free CPUs) before the run stops with an error instead of waiting forever."""
+    runtime_env: Mapping[str, Any] | None = None
+    """Ray runtime environment of the run's actors (e.g. `{"pip": [...]}` or
+    `{"working_dir": "."}` when the nodes lack your code); None: the nodes' own."""
+    init_num_cpus: int | None = None
+    """CPUs of a local Ray instance the manager starts itself (no `ray_address` and Ray
+    not running); None: enough for the learner and every actor, at least the machine's."""
+
+    def __post_init__(self) -> None:
+        _check_number("learner_num_cpus", self.learner_num_cpus, 0.0, strict=False)
+        _check_number("learner_num_gpus", self.learner_num_gpus, 0.0, strict=False)
+        _check_number("actor_num_cpus", self.actor_num_cpus, 0.0, strict=False)
+        if self.actor_scheduling not in _SCHEDULING:
+            raise ValueError(
+                f"actor_scheduling must be one of {_SCHEDULING}, got {self.actor_scheduling!r}"
+            )
+        if isinstance(self.inbox_size, bool) or not isinstance(self.inbox_size, int):
+            raise ValueError(f"inbox_size must be an int >= 1, got {self.inbox_size!r}")
+        if self.inbox_size < 1:
+            raise ValueError(f"inbox_size must be an int >= 1, got {self.inbox_size!r}")
+        _check_number("report_interval", self.report_interval, 0.0, strict=True)
+        _check_number("start_timeout", self.start_timeout, 0.0, strict=True)
+        if self.runtime_env is not None and not isinstance(self.runtime_env, Mapping):
+            raise ValueError(f"runtime_env must be a mapping or None, got {self.runtime_env!r}")
+        if self.init_num_cpus is not None and (
+            isinstance(self.init_num_cpus, bool)
+            or not isinstance(self.init_num_cpus, int)
+            or self.init_num_cpus < 1
+        ):
+            raise ValueError(
+                f"init_num_cpus must be an int >= 1 or None, got {self.init_num_cpus!r}"
+            )
+
+    def cpus_needed(self, nb_actors: int) -> float:
+        """CPUs the learner and `nb_actors` actors reserve together."""
+        return self.learner_num_cpus + nb_actors * self.actor_num_cpus

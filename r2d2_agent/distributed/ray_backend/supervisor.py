@@ -1,0 +1,488 @@
+"""`RaySupervisor`: one `R2D2Manager.train` call on a Ray cluster.
+
+It connects to Ray (or starts a local instance, and then shuts it down at the end; Ray
+started by the user is left running), checks that the cluster has the CPUs and GPUs the
+run asks for, then starts the run's board, the learner and the actors as Ray actors
+(actors spread over the nodes by default). Ten times a second it reads the board's
+snapshot (counters, episode returns, stop requests) and the state of every worker: a
+worker that raised or whose process or node was lost is seen at that poll. An actor is
+restarted up to `max_actor_restarts` times; a lost learner stops the run with
+`R2D2ProcessError` holding the remote traceback. Shutdown raises the board's stop flag,
+gives the workers `shutdown_timeout` seconds, kills what is left, and keeps the learner's
+final weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import ray
+from ray import cloudpickle
+from ray.exceptions import RayActorError, RayError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from r2d2_agent.checkpoints import TrainingState
+from r2d2_agent.distributed.errors import R2D2ProcessError
+from r2d2_agent.distributed.process_setup import ChildSetup, Deferred
+from r2d2_agent.distributed.ray_backend.board import BoardSnapshot, RunBoard
+from r2d2_agent.distributed.ray_backend.options import RayOptions
+from r2d2_agent.distributed.ray_backend.workers import (
+    ActorWorker,
+    LearnerOutcome,
+    LearnerWorker,
+    WorkerPlace,
+)
+from r2d2_agent.distributed.reports import Progress, ProgressBar, TrainResult
+from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec, TrainLimits
+from r2d2_agent.distributed.supervision import RunBook
+
+__all__ = ["RaySupervisor"]
+
+logger = logging.getLogger(__name__)
+
+_POLL_S = 0.1
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _Worker:
+    """A started Ray actor of the run: its handle, its `run` call and where it sits.
+
+    `place` is asked before `run` is called: an actor runs its calls in order, so asked
+    after, it would only answer once `run` returned.
+    """
+
+    def __init__(self, role: str, index: int | None, handle: Any) -> None:
+        self.role = role
+        self.index = index
+        self.handle = handle
+        self.place_ref = handle.place.remote()
+        self.run_ref: Any = None
+        self.place: WorkerPlace | None = None
+        self.started_at = time.monotonic()
+        self.done = False
+
+    @property
+    def name(self) -> str:
+        return self.role if self.index is None else f"{self.role} {self.index}"
+
+
+def _remote_error(worker: _Worker, what: str, exc: BaseException) -> R2D2ProcessError:
+    """The `R2D2ProcessError` for a worker that raised or was lost."""
+    if isinstance(exc, RayTaskError):
+        text = _ANSI.sub("", str(exc)).rstrip()  # Ray colours the remote frame's title
+        message = f"{what}\n--- traceback from the {worker.name} (Ray actor) ---\n{text}"
+        return R2D2ProcessError(message, worker.role, worker.index, None, text)
+    where = f" on node {worker.place.hostname}" if worker.place else ""
+    message = (
+        f"{what}: its Ray actor{where} was lost ({type(exc).__name__}: {exc}); "
+        "no traceback (the process was killed, crashed hard, or its node is gone)"
+    )
+    return R2D2ProcessError(message, worker.role, worker.index, None, None)
+
+
+class RaySupervisor:
+    """Runs one training session of `spec` on Ray (see `R2D2Manager.train`).
+
+    Args:
+        spec: The run.
+        limits: When to stop.
+        initial_weights: Online weights the learner starts from (None: fresh ones).
+        on_progress: Called in the driver about ten times a second with a `Progress`.
+        resume: A checkpoint's state to continue from (counters and learner state).
+        address: The Ray cluster to connect to (`ray.init(address=...)`); None: the Ray
+            already initialised in this process, else `RAY_ADDRESS`, else a new local
+            instance.
+        options: Placement and pacing of the Ray actors.
+    """
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        limits: TrainLimits,
+        *,
+        initial_weights: list[np.ndarray] | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        resume: TrainingState | None = None,
+        address: str | None = None,
+        options: RayOptions | None = None,
+    ) -> None:
+        self.spec = spec
+        self.limits = limits
+        self.on_progress = on_progress
+        self.resume = resume
+        self.address = address
+        self.options = options or RayOptions()
+        self.book = RunBook(spec, limits)
+        self._initial_weights = initial_weights
+        n = spec.nb_actors
+        if resume is not None:
+            counters = resume.counters
+            self._start_counts = (
+                tuple(counters.env_steps_per_actor(n)),
+                tuple(counters.episodes_per_actor(n)),
+                counters.learner_updates,
+                counters.sequences_received,
+            )
+        else:
+            self._start_counts = ((0,) * n, (0,) * n, 0, 0)
+        self._started_ray = False
+        self._board: Any = None
+        self._learner: _Worker | None = None
+        self._actors: list[_Worker | None] = [None] * n
+        self._snapshot: BoardSnapshot | None = None
+        self._outcome: LearnerOutcome | None = None
+        self.final_weights: list[np.ndarray] | None = None
+        self.version = 0
+        self.stopping = False
+
+    # Public ----------------------------------------------------------------------------
+
+    def run(self) -> TrainResult:
+        """Runs to the first limit; always cleans up; returns a `TrainResult`."""
+        bar = ProgressBar(self.limits.nb_steps, self.spec.options.progress)
+        try:
+            self._connect()
+            self._check_resources()
+            self._start_board()
+            self._start_learner()
+            for i in range(self.spec.nb_actors):
+                self._start_actor(i)
+            while not self._limit_reached():
+                self._poll()
+                self._report(bar)
+        except KeyboardInterrupt:
+            self.book.reason = "interrupted"
+            logger.warning("interrupted: stopping the Ray actors")
+        finally:
+            bar.close()
+            self.close()
+        snap = self._snapshot
+        updates, sequences = self._start_counts[2:]
+        if snap is not None:
+            updates, sequences = snap.learner.updates, snap.learner.sequences
+        actor_steps = list(snap.actor_steps) if snap else list(self._start_counts[0])
+        episodes = sum(snap.actor_episodes) if snap else sum(self._start_counts[1])
+        return self.book.result(
+            env_steps=sum(actor_steps),
+            learner_updates=updates,
+            sequences_received=sequences,
+            weights_version=self.version,
+            actor_env_steps=actor_steps,
+            episodes=episodes,
+            resumed_from=None if self.resume is None else self.resume.path,
+        )
+
+    def read_weights(self) -> list[np.ndarray] | None:
+        """A copy of the latest published weights (None before the first)."""
+        if self._board is None:
+            return None
+        try:
+            published = ray.get(self._board.weights_if_newer.remote(0), timeout=5.0)
+            if published is None:
+                return None
+            arrays = ray.get(published.refs[0], timeout=30.0)
+        except RayError as exc:  # the learner (the owner of the object) or the board is gone
+            logger.warning("could not read the published weights: %s", exc)
+            return None
+        self.version = published.version
+        return [np.array(a) for a in arrays]
+
+    def request_stop(self, reason: str = "requested", detail: str = "") -> None:
+        """Asks the run to stop at its next poll (see `RunBook.request_stop`)."""
+        self.book.request_stop(reason, detail)
+
+    def close(self) -> None:
+        """Stops every Ray actor of the run and releases Ray if this run started it
+        (idempotent)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        try:
+            if self._board is not None:
+                self._board.set_stop.remote()
+                self._wait_for_workers(self.spec.options.shutdown_timeout)
+                self._refresh()
+        finally:
+            try:
+                self._keep_final_weights()
+            finally:
+                for worker in [self._learner, *self._actors]:
+                    if worker is not None:
+                        _kill(worker.handle)
+                if self._board is not None:
+                    _kill(self._board)
+                if self._started_ray:
+                    ray.shutdown()
+
+    # Starting --------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        if ray.is_initialized():
+            if self.address is not None:
+                logger.info("Ray is already initialised; ray_address=%r is not used", self.address)
+            return
+        kwargs: dict[str, Any] = {"address": self.address, "logging_level": logging.WARNING}
+        if self.address is None and not os.environ.get("RAY_ADDRESS"):
+            needed = math.ceil(self.options.cpus_needed(self.spec.nb_actors))
+            kwargs["num_cpus"] = self.options.init_num_cpus or max(os.cpu_count() or 1, needed)
+            kwargs["include_dashboard"] = False
+        ray.init(**kwargs)
+        self._started_ray = True
+
+    def _check_resources(self) -> None:
+        """Refuses, before any worker starts, a run the cluster cannot place."""
+        total = ray.cluster_resources()
+        options = self.options
+        cpus = options.cpus_needed(self.spec.nb_actors)
+        if total.get("CPU", 0.0) + 1e-9 < cpus:
+            raise ValueError(
+                f"the Ray cluster has {total.get('CPU', 0.0):g} CPUs but the run asks for "
+                f"{cpus:g} (learner_num_cpus={options.learner_num_cpus:g} + actor_num="
+                f"{self.spec.nb_actors} x actor_num_cpus={options.actor_num_cpus:g}); add "
+                "nodes or lower RayOptions.actor_num_cpus"
+            )
+        if total.get("GPU", 0.0) + 1e-9 < options.learner_num_gpus:
+            raise ValueError(
+                f"learner_num_gpus={options.learner_num_gpus:g} but the Ray cluster has "
+                f"{total.get('GPU', 0.0):g} GPUs"
+            )
+
+    def _start_board(self) -> None:
+        steps, episodes, updates, sequences = self._start_counts
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        board_class = ray.remote(num_cpus=0, max_restarts=0)(RunBoard)
+        self._board = board_class.options(scheduling_strategy=here).remote(
+            steps, episodes, updates, sequences
+        )
+
+    def _setup(self, role: str, index: int | None, use_tf: bool, hide_gpu: bool) -> ChildSetup:
+        spec = self.spec
+        seed = spec.config.seed if index is None else spec.actor_seed(index, self._restarts(index))
+        return ChildSetup(
+            role,
+            index,
+            use_tensorflow=use_tf,
+            hide_gpu=hide_gpu,
+            seed=seed,
+            log_level=spec.log_level,
+            tf_verbose=spec.options.tf_verbose,
+        )
+
+    def _restarts(self, index: int) -> int:
+        return self.book.restarts[index]
+
+    def _runtime_env(self) -> dict[str, Any]:
+        env = self.options.runtime_env
+        return {} if env is None else {"runtime_env": dict(env)}
+
+    def _start_learner(self) -> None:
+        spec, options = self.spec, self.options
+        learner_class = ray.remote(LearnerWorker)
+        handle = learner_class.options(
+            num_cpus=options.learner_num_cpus,
+            num_gpus=options.learner_num_gpus,
+            max_concurrency=spec.nb_actors + 4,  # run() + one put_experience per actor
+            max_restarts=0,
+            name=None,
+            **self._runtime_env(),
+        ).remote(
+            self._setup("learner", None, True, options.learner_num_gpus == 0),
+            options.inbox_size,
+        )
+        start = LearnerStart(spec, self.limits.nb_trains, self._initial_weights, self.resume)
+        worker = _Worker("learner", None, handle)
+        worker.run_ref = handle.run.remote(
+            Deferred(start, cloudpickle.dumps), self._board, options.report_interval
+        )
+        self._learner = worker
+
+    def _start_actor(self, i: int) -> None:
+        spec, options = self.spec, self.options
+        restarts = self._restarts(i)
+        start = ActorStart(
+            spec,
+            i,
+            spec.actor_seed(i, restarts),
+            spec.actor_epsilon(i),
+            self.limits.nb_steps,
+            stream=spec.actor_stream(i, restarts),
+        )
+        actor_class = ray.remote(ActorWorker)
+        handle = actor_class.options(
+            num_cpus=options.actor_num_cpus,
+            num_gpus=0,
+            max_restarts=0,
+            scheduling_strategy=options.actor_scheduling,
+            **self._runtime_env(),
+        ).remote(
+            self._setup("actor", i, not spec.builder.use_numpy_policy, spec.options.actors_on_cpu)
+        )
+        worker = _Worker("actor", i, handle)
+        worker.run_ref = handle.run.remote(
+            Deferred(start, cloudpickle.dumps),
+            self._board,
+            self._learner.handle,
+            options.report_interval,
+        )
+        self._actors[i] = worker
+
+    # Watching --------------------------------------------------------------------------
+
+    def _live(self) -> list[_Worker]:
+        return [w for w in [self._learner, *self._actors] if w is not None and not w.done]
+
+    def _poll(self) -> None:
+        """Waits up to one poll for a worker to finish, then handles what happened."""
+        live = self._live()
+        refs = [w.run_ref for w in live] + [w.place_ref for w in live if w.place is None]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=_POLL_S)
+        else:
+            time.sleep(_POLL_S)
+        self._refresh()
+        for worker in live:  # the learner first: a lost learner explains the actors' ends
+            self._check_placed(worker)
+            ready, _ = ray.wait([worker.run_ref], timeout=0)
+            if ready:
+                worker.done = True
+                if worker.role == "learner":
+                    self._on_learner_done(worker)
+                else:
+                    self._on_actor_done(worker)
+
+    def _refresh(self) -> None:
+        """Reads the board: counters, new episode returns, children's stop requests."""
+        try:
+            snap = ray.get(self._board.snapshot.remote(), timeout=30.0)
+        except RayError as exc:
+            raise R2D2ProcessError(
+                f"the run's board (a Ray actor) was lost: {exc}", "board"
+            ) from exc
+        self._snapshot = snap
+        for index, episode_return in snap.returns:
+            self.book.record_episode(index, episode_return)
+        for detail in snap.stop_requests:
+            self.request_stop("callback", detail)
+
+    def _check_placed(self, worker: _Worker) -> None:
+        if worker.place is not None:
+            return
+        ready, _ = ray.wait([worker.place_ref], timeout=0)
+        if ready:
+            try:
+                worker.place = ray.get(worker.place_ref)
+            except RayError:  # the run ref reports it
+                worker.place = None
+                return
+            logger.info(
+                "%s runs on %s (pid %d)", worker.name, worker.place.hostname, worker.place.pid
+            )
+        elif time.monotonic() - worker.started_at > self.options.start_timeout:
+            raise R2D2ProcessError(
+                f"the {worker.name}'s Ray actor was not started within "
+                f"{self.options.start_timeout:g} s (RayOptions.start_timeout); the cluster's "
+                f"free resources: {ray.available_resources()}",
+                worker.role,
+                worker.index,
+            )
+
+    def _on_learner_done(self, worker: _Worker) -> None:
+        try:
+            self._outcome = ray.get(worker.run_ref)
+        except RayError as exc:
+            raise _remote_error(worker, "learner failed", exc) from None
+
+    def _on_actor_done(self, worker: _Worker) -> None:
+        i = worker.index
+        try:
+            summary = ray.get(worker.run_ref)
+        except (RayTaskError, RayActorError) as exc:
+            if self.stopping:
+                return
+            if not self.book.may_restart(i):
+                raise _remote_error(worker, self.book.restart_refusal(i), exc) from None
+            first_line = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
+            logger.warning("actor %d failed (%s); restarting it", i, first_line[0])
+            _kill(worker.handle)
+            self.book.restarts[i] += 1
+            self._start_actor(i)
+            return
+        info = dataclasses.asdict(summary)
+        if worker.place is not None:
+            info.update(node_id=worker.place.node_id, hostname=worker.place.hostname)
+        self.book.actor_info[i] = info
+
+    def _wait_for_workers(self, timeout: float) -> None:
+        """Waits up to `timeout` seconds for the workers' `run` calls, keeping results."""
+        deadline = time.monotonic() + timeout
+        while self._live() and time.monotonic() < deadline:
+            live = self._live()
+            ray.wait([w.run_ref for w in live], num_returns=len(live), timeout=_POLL_S)
+            for worker in live:
+                if ray.wait([worker.run_ref], timeout=0)[0]:
+                    worker.done = True
+                    self._collect_at_shutdown(worker)
+
+    def _collect_at_shutdown(self, worker: _Worker) -> None:
+        try:
+            if worker.role == "learner":
+                self._outcome = ray.get(worker.run_ref)
+            else:
+                self._on_actor_done(worker)
+        except RayError as exc:
+            logger.debug("%s ended with %s at shutdown", worker.name, type(exc).__name__)
+
+    def _keep_final_weights(self) -> None:
+        if self._outcome is None:
+            self.final_weights = self.read_weights()
+            return
+        self.final_weights = [np.array(a) for a in self._outcome.weights]
+        if self._snapshot is not None:  # the learner's last report came before it returned
+            self.version = self._snapshot.learner.version
+
+    # Limits and progress ---------------------------------------------------------------
+
+    def _limit_reached(self) -> bool:
+        snap = self._snapshot
+        if snap is None:
+            return self.book.limit_reached(0, 0)
+        return self.book.limit_reached(sum(snap.actor_steps), snap.learner.updates)
+
+    def snapshot(self) -> Progress:
+        """The current `Progress`."""
+        snap = self._snapshot
+        return self.book.progress(
+            env_steps=sum(snap.actor_steps) if snap else 0,
+            actor_env_steps=tuple(snap.actor_steps) if snap else (0,) * self.spec.nb_actors,
+            learner_updates=snap.learner.updates if snap else 0,
+            sequences_received=snap.learner.sequences if snap else 0,
+            weights_version=snap.learner.version if snap else 0,
+            loss=snap.learner.loss if snap else math.nan,
+            episodes=sum(snap.actor_episodes) if snap else 0,
+            actor_pids=tuple(
+                w.place.pid if w is not None and w.place and not w.done else None
+                for w in self._actors
+            ),
+            learner_pid=self._learner.place.pid if self._learner and self._learner.place else None,
+        )
+
+    def _report(self, bar: ProgressBar) -> None:
+        progress = self.snapshot()
+        bar.update(progress)
+        if self.on_progress is not None:
+            self.on_progress(progress)
+
+
+def _kill(handle: Any) -> None:
+    try:
+        ray.kill(handle, no_restart=True)
+    except (RayError, ValueError) as exc:  # already gone
+        logger.debug("ray.kill: %s", exc)

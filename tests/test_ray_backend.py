@@ -1,0 +1,480 @@
+"""Tests of the Ray backend: its parts without Ray running, then `R2D2Manager(backend="ray")`
+on a local two-node Ray cluster made here (`ray.cluster_utils.Cluster`, loopback).
+
+Each run starts a TensorFlow learner as a Ray actor (a few seconds on a small machine), so
+runs are few and tiny, each a module-scoped fixture whose tests check one thing each. Runs
+that do not need learning keep the learner in its warm-up. After every run, the cluster's
+CPUs are all free again (no Ray actor of the run is left), and Ray is as the run found it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import ray
+from ray import cloudpickle
+from ray.cluster_utils import Cluster
+
+from r2d2_agent.callbacks import CheckpointCallback
+from r2d2_agent.distributed import R2D2Manager, R2D2ProcessError, ray_backend
+from r2d2_agent.distributed.messages import Experience
+from r2d2_agent.distributed.ray_backend import RayOptions
+from r2d2_agent.distributed.ray_backend.board import (
+    ActorReport,
+    LearnerReport,
+    PublishedWeights,
+    RunBoard,
+)
+from r2d2_agent.distributed.ray_backend.channels import Inbox, InboxReceiver
+
+CARTPOLE = functools.partial(gym.make, "CartPole-v1")
+
+RUN = dict(memory_capacity=200, actor_sync_interval=50)
+NO_TRAINING = dict(memory_warmup=200)  # replay never fills: the learner only receives
+CLUSTER_CPUS = 4  # two nodes of 2 CPUs
+
+
+# Callbacks travel to the workers by value (this module is not importable there).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class FailingLearnerCallback:
+    def on_r2d2_learner_train_begin(self, learner):
+        if learner.updates >= 3:
+            raise ValueError("boom in the learner after 3 updates")
+
+
+class StopAfterEpisodes:
+    """Asks for the stop from actor 0 after its second episode (duck-typed callback)."""
+
+    _stop_requester = None
+
+    def set_stop_requester(self, requester):
+        self._stop_requester = requester
+
+    def on_r2d2_actor_episode_end(self, actor_index, runner, result):
+        if actor_index == 0 and runner.episodes >= 2 and self._stop_requester is not None:
+            self._stop_requester("two episodes done")
+
+
+# ----------------------------------------------------------------- without a cluster
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("learner_num_cpus", -1),
+        ("learner_num_gpus", float("nan")),
+        ("actor_num_cpus", "1"),
+        ("actor_scheduling", "PACK"),
+        ("inbox_size", 0),
+        ("inbox_size", True),
+        ("report_interval", 0),
+        ("start_timeout", -5),
+        ("runtime_env", ["pip"]),
+        ("init_num_cpus", 0),
+    ],
+)
+def test_ray_options_reject_a_bad_value_naming_it(field, value):
+    with pytest.raises(ValueError, match=field):
+        RayOptions(**{field: value})
+
+
+def test_ray_options_count_the_cpus_of_the_learner_and_the_actors():
+    assert RayOptions(learner_num_cpus=1, actor_num_cpus=0.5).cpus_needed(4) == 3.0
+
+
+def test_manager_without_ray_installed_says_what_to_install(make_config, monkeypatch):
+    monkeypatch.setattr(ray_backend.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ImportError, match=r"pip install \"r2d2-agent\[ray\]\""):
+        R2D2Manager(CARTPOLE, make_config(), backend="ray")
+
+
+def test_manager_rejects_an_unknown_backend(make_config):
+    with pytest.raises(ValueError, match="'dask'"):
+        R2D2Manager(CARTPOLE, make_config(), backend="dask")
+
+
+def test_manager_rejects_ray_settings_for_the_multiprocessing_backend(make_config):
+    with pytest.raises(ValueError, match="ray_address"):
+        R2D2Manager(CARTPOLE, make_config(), ray_address="auto")
+
+
+def test_board_totals_the_actors_steps_in_its_reply():
+    board = RunBoard((0, 0), (0, 0))
+    board.actor_report(ActorReport(0, 30, 1))
+    reply = board.actor_report(ActorReport(1, 12, 0))
+    assert (reply.stop, reply.total_steps) == (False, 42)
+
+
+def test_board_starts_from_a_resumed_runs_counts():
+    board = RunBoard((100, 50), (3, 2), updates=7, sequences=9)
+    assert board.actor_counts(1) == (50, 2)
+    assert board.run_counters().env_steps == 150
+    assert board.snapshot().learner.updates == 7
+
+
+def test_board_hands_each_episode_return_to_one_snapshot_only():
+    board = RunBoard((0, 0), (0, 0))
+    board.actor_report(ActorReport(1, 10, 2, (5.0, 7.0)))
+    assert board.snapshot().returns == ((1, 5.0), (1, 7.0))
+    assert board.snapshot().returns == ()
+
+
+def test_board_stop_flag_reaches_actors_and_the_learner():
+    board = RunBoard((0,), (0,))
+    board.set_stop()
+    assert board.actor_report(ActorReport(0, 1, 0)).stop
+    assert board.learner_report(LearnerReport(1, 1, 1, 1, 0.5))
+
+
+def test_board_gives_weights_only_when_newer():
+    board = RunBoard((0,), (0,))
+    assert board.weights_if_newer(0) is None
+    board.publish(PublishedWeights(2, ["ref2"]))
+    board.publish(PublishedWeights(1, ["ref1"]))  # late: never replaces a newer version
+    assert board.weights_if_newer(0).refs == ["ref2"]
+    assert board.weights_if_newer(2) is None
+
+
+def test_board_passes_stop_requests_to_the_driver_once():
+    board = RunBoard((0,), (0,))
+    board.request_stop("actor 0: enough")
+    assert board.snapshot().stop_requests == ("actor 0: enough",)
+    assert board.snapshot().stop_requests == ()
+
+
+def _items(n: int, start: int = 0) -> list[Experience]:
+    return [Experience(record=None, env_steps=i, stream=0) for i in range(start, start + n)]
+
+
+def test_inbox_receiver_never_returns_more_than_asked_and_keeps_the_rest():
+    inbox = Inbox(4)
+    inbox.put(_items(3))
+    inbox.put(_items(3, start=3))
+    receiver = InboxReceiver(inbox)
+    first = receiver.receive(max_items=4, timeout=0.0)
+    second = receiver.receive(max_items=4, timeout=0.0)
+    assert [i.env_steps for i in first] == [0, 1, 2, 3]
+    assert [i.env_steps for i in second] == [4, 5]
+
+
+def test_inbox_receiver_returns_nothing_after_its_timeout():
+    assert InboxReceiver(Inbox(2)).receive(max_items=8, timeout=0.05) == []
+
+
+def test_full_inbox_holds_a_put_until_the_learner_takes_a_batch():
+    inbox = Inbox(1)
+    inbox.put(_items(1))
+    done = queue.Queue()
+    threading.Thread(target=lambda: done.put(inbox.put(_items(1, 1))), daemon=True).start()
+    with pytest.raises(queue.Empty):
+        done.get(timeout=0.3)  # back-pressure: the second put waits
+    inbox.get(0.0)
+    assert done.get(timeout=2.0) is True
+
+
+def test_closed_inbox_refuses_a_waiting_put():
+    inbox = Inbox(1)
+    inbox.put(_items(1))
+    done = queue.Queue()
+    threading.Thread(target=lambda: done.put(inbox.put(_items(1))), daemon=True).start()
+    inbox.close()
+    assert done.get(timeout=2.0) is False
+
+
+# ----------------------------------------------------------------- a local cluster
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two Ray nodes of 2 CPUs each on loopback; Ray disconnected and stopped after."""
+    assert not ray.is_initialized()
+    made = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "object_store_memory": 150 * 2**20},
+    )
+    made.add_node(num_cpus=2, object_store_memory=150 * 2**20)
+    made.wait_for_nodes()
+    yield made
+    if ray.is_initialized():
+        ray.shutdown()
+    made.shutdown()
+
+
+def _free_cpus_come_back() -> bool:
+    """Whether every CPU of the cluster is free again within 20 s (the run's Ray actors
+    are gone)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if ray.available_resources().get("CPU", 0.0) >= CLUSTER_CPUS:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.fixture(scope="module")
+def run_config(make_config):
+    return lambda **overrides: make_config(**{**RUN, **overrides})
+
+
+def _spread_run(cluster, config):
+    """Two actors and a learner on the cluster, Ray initialised by the caller."""
+    ray.init(address=cluster.address)
+    try:
+        manager = R2D2Manager(CARTPOLE, config, actor_num=2, backend="ray", progress=False)
+        snapshots = []
+        result = manager.train(nb_steps=1500, on_progress=snapshots.append)
+        agent = manager.create_test_agent()
+        q_values = agent.compute_q_values(np.zeros(4, np.float32))
+        return SimpleNamespace(
+            result=result,
+            snapshots=snapshots,
+            q_values=q_values,
+            still_initialized=ray.is_initialized(),
+            cpus_freed=_free_cpus_come_back(),
+            nodes={n["NodeID"] for n in ray.nodes() if n["Alive"]},
+        )
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def spread_run(cluster, run_config):
+    return _spread_run(cluster, run_config(memory_warmup=20))
+
+
+def test_ray_run_stops_for_nb_steps(spread_run):
+    result = spread_run.result
+    assert result.stop_reason == "nb_steps" and result.env_steps >= 1500
+
+
+def test_ray_run_overshoots_nb_steps_by_little(spread_run):
+    assert spread_run.result.env_steps <= 1500 + 100
+
+
+def test_ray_per_actor_env_steps_sum_to_the_total(spread_run):
+    result = spread_run.result
+    assert sum(result.actor_env_steps) == result.env_steps and min(result.actor_env_steps) > 0
+
+
+def test_ray_learner_trained_and_published(spread_run):
+    result = spread_run.result
+    assert result.learner_updates > 0 and result.weights_version > 1
+
+
+def test_ray_actors_sit_on_both_nodes(spread_run):
+    placed = {info["node_id"] for info in spread_run.result.actor_info}
+    assert placed == spread_run.nodes and len(placed) == 2
+
+
+def test_ray_actors_report_episode_returns(spread_run):
+    assert all(len(returns) > 0 for returns in spread_run.result.episode_returns)
+
+
+def test_ray_numpy_actors_never_load_tensorflow(spread_run):
+    assert [i["tensorflow_loaded"] for i in spread_run.result.actor_info] == [False, False]
+
+
+def test_ray_progress_reaches_the_caller(spread_run):
+    steps = [p.env_steps for p in spread_run.snapshots]
+    assert steps == sorted(steps) and steps[-1] > 0
+    assert all(p.learner_pid is not None for p in spread_run.snapshots[-3:])
+
+
+def test_ray_test_agent_holds_the_learners_weights(spread_run):
+    assert spread_run.q_values.shape == (2,) and np.all(np.isfinite(spread_run.q_values))
+
+
+def test_ray_initialised_by_the_user_stays_initialised(spread_run):
+    assert spread_run.still_initialized
+
+
+def test_ray_run_leaves_no_ray_actor_behind(spread_run):
+    assert spread_run.cpus_freed
+
+
+def _killed_actor(cluster, config):
+    """One actor, killed with SIGKILL after 200 env steps; the manager connects itself."""
+    manager = R2D2Manager(
+        CARTPOLE,
+        config,
+        actor_num=1,
+        backend="ray",
+        ray_address=cluster.address,
+        progress=False,
+    )
+    killed = {}
+
+    def on_progress(p):
+        pid = p.actor_pids[0]
+        if not killed and p.env_steps >= 200 and pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            killed["at"] = p.env_steps
+
+    result = manager.train(nb_steps=1200, max_seconds=240, on_progress=on_progress)
+    return SimpleNamespace(result=result, killed=killed, left_initialized=ray.is_initialized())
+
+
+@pytest.fixture(scope="module")
+def killed_actor(cluster, run_config):
+    return _killed_actor(cluster, run_config(**NO_TRAINING))
+
+
+def test_ray_killed_actor_is_restarted(killed_actor):
+    assert killed_actor.killed and killed_actor.result.actor_restarts == [1]
+
+
+def test_ray_restarted_actor_finishes_the_run(killed_actor):
+    result = killed_actor.result
+    assert result.stop_reason == "nb_steps" and result.env_steps >= 1200
+
+
+def test_ray_started_by_the_manager_is_shut_down_after(killed_actor):
+    assert not killed_actor.left_initialized
+
+
+def _failing(cluster, config, *, kill_learner: bool):
+    """A run whose learner raises (a callback) or is killed; returns the error and time."""
+    ray.init(address=cluster.address)
+    try:
+        callbacks = [] if kill_learner else [FailingLearnerCallback()]
+        manager = R2D2Manager(
+            CARTPOLE, config, actor_num=1, backend="ray", callbacks=callbacks, progress=False
+        )
+        killed = {}
+
+        def on_progress(p):
+            if kill_learner and not killed and p.env_steps >= 100 and p.learner_pid:
+                os.kill(p.learner_pid, signal.SIGKILL)
+                killed["at"] = time.monotonic()
+
+        start = time.monotonic()
+        with pytest.raises(R2D2ProcessError) as error:
+            manager.train(max_seconds=240, on_progress=on_progress)
+        return SimpleNamespace(
+            error=error.value,
+            seconds=time.monotonic() - killed.get("at", start),
+            cpus_freed=_free_cpus_come_back(),
+        )
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def learner_exception(cluster, run_config):
+    return _failing(cluster, run_config(memory_warmup=20), kill_learner=False)
+
+
+def test_ray_learner_exception_reraises_with_its_traceback(learner_exception):
+    error = learner_exception.error
+    assert error.role == "learner"
+    assert "boom in the learner after 3 updates" in str(error)
+    assert "in on_r2d2_learner_train_begin" in error.child_traceback  # the remote frame
+    assert "\x1b[" not in str(error)  # no terminal colour codes
+
+
+def test_ray_learner_exception_leaves_no_ray_actor_behind(learner_exception):
+    assert learner_exception.cpus_freed
+
+
+@pytest.fixture(scope="module")
+def killed_learner(cluster, run_config):
+    return _failing(cluster, run_config(**NO_TRAINING), kill_learner=True)
+
+
+def test_ray_killed_learner_stops_the_run_with_a_clear_error(killed_learner):
+    error = killed_learner.error
+    assert error.role == "learner" and "was lost" in str(error)
+
+
+def test_ray_killed_learner_is_detected_within_ten_seconds(killed_learner):
+    assert killed_learner.seconds < 10
+
+
+def test_ray_killed_learner_leaves_no_ray_actor_behind(killed_learner):
+    assert killed_learner.cpus_freed
+
+
+def _checkpointed_then_resumed(cluster, config, directory):
+    ray.init(address=cluster.address)
+    try:
+        first = R2D2Manager(
+            CARTPOLE,
+            config,
+            backend="ray",
+            callbacks=[CheckpointCallback(directory, interval=10)],
+            progress=False,
+        ).train(nb_trains=30, max_seconds=240)
+        resumed = R2D2Manager(CARTPOLE, config, backend="ray", progress=False).train(
+            nb_trains=40, max_seconds=240, resume_from=directory
+        )
+        return SimpleNamespace(first=first, resumed=resumed, files=sorted(os.listdir(directory)))
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def checkpointed(cluster, run_config, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("ray_ckpt")
+    return _checkpointed_then_resumed(cluster, run_config(memory_warmup=20), directory)
+
+
+def test_ray_run_stops_for_nb_trains(checkpointed):
+    assert checkpointed.first.stop_reason == "nb_trains"
+    assert checkpointed.first.learner_updates >= 30
+
+
+def test_ray_learner_writes_checkpoints(checkpointed):
+    assert "ckpt-0000000030.h5" in checkpointed.files
+
+
+def test_ray_resumed_run_continues_the_counts(checkpointed):
+    first, resumed = checkpointed.first, checkpointed.resumed
+    assert resumed.resumed_from is not None and resumed.stop_reason == "nb_trains"
+    assert resumed.learner_updates >= 40
+    assert resumed.env_steps > first.env_steps * 0.9  # the checkpoint's steps count on
+
+
+def _callback_stop(cluster, config):
+    ray.init(address=cluster.address)
+    try:
+        manager = R2D2Manager(
+            CARTPOLE, config, backend="ray", callbacks=[StopAfterEpisodes()], progress=False
+        )
+        return manager.train(max_seconds=240)
+    finally:
+        ray.shutdown()
+
+
+def test_ray_callback_in_an_actor_stops_the_run(cluster, run_config):
+    result = _callback_stop(cluster, run_config(**NO_TRAINING))
+    assert result.stop_reason == "callback" and "actor 0: two episodes done" in result.stop_detail
+
+
+def test_ray_run_asking_for_more_cpus_than_the_cluster_has_is_refused(cluster, run_config):
+    ray.init(address=cluster.address)
+    try:
+        manager = R2D2Manager(
+            CARTPOLE,
+            run_config(**NO_TRAINING),
+            actor_num=2,
+            backend="ray",
+            ray_options=RayOptions(actor_num_cpus=3),
+            progress=False,
+        )
+        with pytest.raises(ValueError, match="actor_num_cpus=3"):
+            manager.train(nb_steps=100)
+        assert ray.available_resources().get("CPU", 0.0) >= CLUSTER_CPUS  # nothing started
+    finally:
+        ray.shutdown()
