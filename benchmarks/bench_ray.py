@@ -38,14 +38,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_manager  # noqa: E402  (a sibling script)
 
 
-def run_throughput(actor_counts: list[int], seconds: float) -> list[dict]:
+def run_throughput(actor_counts: list[int], seconds: float, backends: list[str]) -> list[dict]:
     """Free-running runs per backend and actor count (Ray started once, then reused)."""
     import ray
 
     rows = []
-    for actors in actor_counts:
-        row = bench_manager.run_throughput(actors, True, seconds, rate_limit=False)
-        rows.append({"backend": "multiprocessing", **row})
+    if "multiprocessing" in backends:
+        for actors in actor_counts:
+            row = bench_manager.run_throughput(actors, True, seconds, rate_limit=False)
+            rows.append({"backend": "multiprocessing", **row})
+    if "ray" not in backends:
+        return rows
+    os.environ.setdefault("RAY_worker_niceness", "0")  # as a Ray the manager starts itself
     ray.init(num_cpus=max(os.cpu_count() or 1, 1 + max(actor_counts)), include_dashboard=False)
     try:
         for actors in actor_counts:
@@ -201,6 +205,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="per throughput run")
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--repeats", type=int, default=30, help="per weights measure")
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        default=["multiprocessing", "ray"],
+        choices=["multiprocessing", "ray"],
+    )
     parser.add_argument("--experience-steps", type=int, default=5000)
     parser.add_argument(
         "--sections",
@@ -218,7 +228,7 @@ def main() -> None:
     if "weights" in args.sections:
         out["weights"] = run_weights(args.repeats)
     if "throughput" in args.sections:
-        out["throughput"] = run_throughput(args.actors, args.seconds)
+        out["throughput"] = run_throughput(args.actors, args.seconds, args.backends)
     print(json.dumps(out, indent=2))
 
 

@@ -77,11 +77,13 @@ class StopAfterEpisodes:
         ("learner_num_gpus", float("nan")),
         ("actor_num_cpus", "1"),
         ("actor_scheduling", "PACK"),
+        ("learner_on_driver_node", 1),
         ("inbox_size", 0),
         ("inbox_size", True),
         ("report_interval", 0),
         ("start_timeout", -5),
         ("runtime_env", ["pip"]),
+        ("actor_resources", {"actor_node": 0}),
         ("init_num_cpus", 0),
     ],
 )
@@ -90,8 +92,11 @@ def test_ray_options_reject_a_bad_value_naming_it(field, value):
         RayOptions(**{field: value})
 
 
-def test_ray_options_count_the_cpus_of_the_learner_and_the_actors():
-    assert RayOptions(learner_num_cpus=1, actor_num_cpus=0.5).cpus_needed(4) == 3.0
+def test_ray_options_count_every_resource_of_the_learner_and_the_actors():
+    options = RayOptions(
+        learner_num_cpus=1, learner_num_gpus=1, actor_num_cpus=0.5, actor_resources={"a": 2}
+    )
+    assert options.resources_needed(4) == {"CPU": 3.0, "GPU": 1.0, "a": 8.0}
 
 
 def test_manager_without_ray_installed_says_what_to_install(make_config, monkeypatch):
@@ -473,8 +478,55 @@ def test_ray_run_asking_for_more_cpus_than_the_cluster_has_is_refused(cluster, r
             ray_options=RayOptions(actor_num_cpus=3),
             progress=False,
         )
+        assert _free_cpus_come_back()  # the previous test's Ray actors are gone
         with pytest.raises(ValueError, match="actor_num_cpus=3"):
             manager.train(nb_steps=100)
         assert ray.available_resources().get("CPU", 0.0) >= CLUSTER_CPUS  # nothing started
     finally:
         ray.shutdown()
+
+
+def _node_gone(cluster, config):
+    """One actor, pinned (custom resource) to a node that is removed after 200 env steps;
+    a replacement node offers the same resource."""
+    doomed = cluster.add_node(num_cpus=1, resources={"doomed": 1})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+    replacement = []
+    try:
+        manager = R2D2Manager(
+            CARTPOLE,
+            config,
+            actor_num=1,
+            backend="ray",
+            ray_options=RayOptions(actor_resources={"doomed": 1}, start_timeout=120),
+            progress=False,
+        )
+        removed = {}
+
+        def on_progress(p):
+            if not removed and p.env_steps >= 200:
+                removed["at"] = time.monotonic()
+                cluster.remove_node(doomed)
+                replacement.append(cluster.add_node(num_cpus=1, resources={"doomed": 1}))
+
+        result = manager.train(nb_steps=1000, max_seconds=240, on_progress=on_progress)
+        return SimpleNamespace(result=result, removed=removed)
+    finally:
+        ray.shutdown()
+        for node in replacement:
+            cluster.remove_node(node)
+
+
+@pytest.fixture(scope="module")
+def node_gone(cluster, run_config):
+    return _node_gone(cluster, run_config(**NO_TRAINING))
+
+
+def test_ray_actor_of_a_lost_node_is_restarted_elsewhere(node_gone):
+    assert node_gone.removed and node_gone.result.actor_restarts == [1]
+
+
+def test_ray_run_with_a_lost_node_finishes(node_gone):
+    result = node_gone.result
+    assert result.stop_reason == "nb_steps" and result.env_steps >= 1000

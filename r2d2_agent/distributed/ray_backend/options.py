@@ -31,8 +31,14 @@ class RayOptions:
     """CPUs the learner actor reserves in the cluster's scheduler."""
     learner_num_gpus: float = 0.0
     """GPUs the learner actor asks for (Ray sets its `CUDA_VISIBLE_DEVICES`); 0: none."""
+    learner_on_driver_node: bool = True
+    """Place the learner on the driver's node if it has room (its checkpoints and logs
+    are then written where you run the manager); False lets Ray place it anywhere."""
     actor_num_cpus: float = 1.0
     """CPUs each actor reserves; 0.5 packs two actors per CPU."""
+    actor_resources: Mapping[str, float] | None = None
+    """Custom Ray resources each actor asks for, e.g. `{"actor_node": 1}` to keep actors on
+    nodes started with `ray start --resources='{"actor_node": 8}'`; None: none."""
     actor_scheduling: str = "SPREAD"
     """Ray scheduling strategy of the actors: "SPREAD" (over the nodes) or "DEFAULT"."""
     inbox_size: int = 64
@@ -53,6 +59,10 @@ class RayOptions:
     def __post_init__(self) -> None:
         _check_number("learner_num_cpus", self.learner_num_cpus, 0.0, strict=False)
         _check_number("learner_num_gpus", self.learner_num_gpus, 0.0, strict=False)
+        if not isinstance(self.learner_on_driver_node, bool):
+            raise ValueError(
+                f"learner_on_driver_node must be True or False, got {self.learner_on_driver_node!r}"
+            )
         _check_number("actor_num_cpus", self.actor_num_cpus, 0.0, strict=False)
         if self.actor_scheduling not in _SCHEDULING:
             raise ValueError(
@@ -64,6 +74,13 @@ class RayOptions:
             raise ValueError(f"inbox_size must be an int >= 1, got {self.inbox_size!r}")
         _check_number("report_interval", self.report_interval, 0.0, strict=True)
         _check_number("start_timeout", self.start_timeout, 0.0, strict=True)
+        if self.actor_resources is not None:
+            if not isinstance(self.actor_resources, Mapping):
+                raise ValueError(
+                    f"actor_resources must be a mapping or None, got {self.actor_resources!r}"
+                )
+            for name, amount in self.actor_resources.items():
+                _check_number(f"actor_resources[{name!r}]", amount, 0.0, strict=True)
         if self.runtime_env is not None and not isinstance(self.runtime_env, Mapping):
             raise ValueError(f"runtime_env must be a mapping or None, got {self.runtime_env!r}")
         if self.init_num_cpus is not None and (
@@ -78,3 +95,10 @@ class RayOptions:
     def cpus_needed(self, nb_actors: int) -> float:
         """CPUs the learner and `nb_actors` actors reserve together."""
         return self.learner_num_cpus + nb_actors * self.actor_num_cpus
+
+    def resources_needed(self, nb_actors: int) -> dict[str, float]:
+        """Every Ray resource the run reserves (CPU, GPU, the actors' custom ones)."""
+        needed = {"CPU": self.cpus_needed(nb_actors), "GPU": self.learner_num_gpus}
+        for name, amount in (self.actor_resources or {}).items():
+            needed[name] = needed.get(name, 0.0) + nb_actors * amount
+        return needed

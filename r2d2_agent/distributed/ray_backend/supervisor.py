@@ -14,13 +14,14 @@ final weights.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ __all__ = ["RaySupervisor"]
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.1
+_NICENESS_ENV = "RAY_worker_niceness"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -234,32 +236,32 @@ class RaySupervisor:
             needed = math.ceil(self.options.cpus_needed(self.spec.nb_actors))
             kwargs["num_cpus"] = self.options.init_num_cpus or max(os.cpu_count() or 1, needed)
             kwargs["include_dashboard"] = False
-        ray.init(**kwargs)
+            with _worker_niceness_zero():
+                ray.init(**kwargs)
+        else:
+            ray.init(**kwargs)
         self._started_ray = True
 
     def _check_resources(self) -> None:
         """Refuses, before any worker starts, a run the cluster cannot place."""
         total = ray.cluster_resources()
         options = self.options
-        cpus = options.cpus_needed(self.spec.nb_actors)
-        if total.get("CPU", 0.0) + 1e-9 < cpus:
-            raise ValueError(
-                f"the Ray cluster has {total.get('CPU', 0.0):g} CPUs but the run asks for "
-                f"{cpus:g} (learner_num_cpus={options.learner_num_cpus:g} + actor_num="
-                f"{self.spec.nb_actors} x actor_num_cpus={options.actor_num_cpus:g}); add "
-                "nodes or lower RayOptions.actor_num_cpus"
-            )
-        if total.get("GPU", 0.0) + 1e-9 < options.learner_num_gpus:
-            raise ValueError(
-                f"learner_num_gpus={options.learner_num_gpus:g} but the Ray cluster has "
-                f"{total.get('GPU', 0.0):g} GPUs"
-            )
+        n = self.spec.nb_actors
+        for name, needed in options.resources_needed(n).items():
+            have = total.get(name, 0.0)
+            if needed > 0 and have + 1e-9 < needed:
+                raise ValueError(
+                    f"the Ray cluster has {have:g} {name} but the run asks for {needed:g} "
+                    f"(learner_num_cpus={options.learner_num_cpus:g}, learner_num_gpus="
+                    f"{options.learner_num_gpus:g}, actor_num={n} x actor_num_cpus="
+                    f"{options.actor_num_cpus:g}, actor_resources={options.actor_resources}); "
+                    "add nodes or ask for less"
+                )
 
     def _start_board(self) -> None:
         steps, episodes, updates, sequences = self._start_counts
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
         board_class = ray.remote(num_cpus=0, max_restarts=0)(RunBoard)
-        self._board = board_class.options(scheduling_strategy=here).remote(
+        self._board = board_class.options(scheduling_strategy=_on_this_node()).remote(
             steps, episodes, updates, sequences
         )
 
@@ -286,7 +288,11 @@ class RaySupervisor:
     def _start_learner(self) -> None:
         spec, options = self.spec, self.options
         learner_class = ray.remote(LearnerWorker)
+        placement = {}
+        if options.learner_on_driver_node:
+            placement["scheduling_strategy"] = _on_this_node()
         handle = learner_class.options(
+            **placement,
             num_cpus=options.learner_num_cpus,
             num_gpus=options.learner_num_gpus,
             max_concurrency=spec.nb_actors + 4,  # run() + one put_experience per actor
@@ -321,6 +327,7 @@ class RaySupervisor:
             num_gpus=0,
             max_restarts=0,
             scheduling_strategy=options.actor_scheduling,
+            resources=dict(options.actor_resources or {}),
             **self._runtime_env(),
         ).remote(
             self._setup("actor", i, not spec.builder.use_numpy_policy, spec.options.actors_on_cpu)
@@ -479,6 +486,25 @@ class RaySupervisor:
         bar.update(progress)
         if self.on_progress is not None:
             self.on_progress(progress)
+
+
+def _on_this_node() -> NodeAffinitySchedulingStrategy:
+    """Ray placement on the driver's node when it has room (else anywhere)."""
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+
+
+@contextlib.contextmanager
+def _worker_niceness_zero() -> Iterator[None]:
+    """Ray starts its workers at niceness 15 unless `RAY_worker_niceness` says otherwise;
+    the actors and the learner are the run's work, so a local Ray started for the run
+    gets 0 (the environment is restored after the start; a user's own setting wins)."""
+    previous = os.environ.get(_NICENESS_ENV)
+    os.environ.setdefault(_NICENESS_ENV, "0")
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(_NICENESS_ENV, None)
 
 
 def _kill(handle: Any) -> None:
