@@ -14,6 +14,9 @@ Sections (one JSON object is printed at the end):
 * ``experience``: bytes an actor sends per env step and per sequence on the CartPole
   preset (pickled `Experience` batches of a real actor), and per learner update at the
   default ratio.
+* ``calls``: round trips from one Ray actor: a report to the run's board, and one
+  ``put_experience`` of a ``send_batch_size`` batch of those real sequences into a learner's
+  inbox (drained by a thread, as the learner's loop does), in ms per call.
 
 Usage::
 
@@ -170,8 +173,79 @@ class _FixedWeights:
         pass
 
 
-def run_experience(steps: int) -> dict:
-    """Pickled bytes an actor sends on the CartPole preset (a real actor, no learner)."""
+class _InboxHost:
+    """A learner stand-in: a threaded Ray actor whose inbox a thread drains."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from r2d2_agent.distributed.ray_backend.channels import Inbox
+
+        self.inbox = Inbox(64)
+        self.taken = 0
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        while True:
+            batch = self.inbox.get(0.1)
+            if batch is not None:
+                self.taken += len(batch)
+
+    def put_experience(self, items) -> bool:
+        return self.inbox.put(items)
+
+
+class _Caller:
+    """Times round trips from a Ray actor, as an actor process makes them."""
+
+    def __init__(self, board, host, batch) -> None:
+        self.board, self.host, self.batch = board, host, batch
+
+    def time_calls(self, repeats: int) -> dict:
+        import ray
+
+        from r2d2_agent.distributed.ray_backend.board import ActorReport
+
+        def per_call(fn) -> float:
+            fn()  # warm
+            start = time.perf_counter()
+            for _ in range(repeats):
+                fn()
+            return (time.perf_counter() - start) / repeats * 1e3
+
+        report = ActorReport(0, 1, 0)
+        return {
+            "board_report_ms": round(
+                per_call(lambda: ray.get(self.board.actor_report.remote(report))), 3
+            ),
+            "put_experience_ms": round(
+                per_call(lambda: ray.get(self.host.put_experience.remote(self.batch))), 3
+            ),
+        }
+
+
+def run_calls(steps: int, repeats: int) -> dict:
+    """Round trips to the board and into a learner's inbox (real CartPole sequences)."""
+    import ray
+
+    from r2d2_agent.distributed.ray_backend.board import RunBoard
+
+    batches = _actor_batches(steps)[0]
+    batch = next(b for b in batches if len(b) == 4)
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    ray.init(num_cpus=2, include_dashboard=False)
+    try:
+        board = ray.remote(num_cpus=0)(RunBoard).remote((0,), (0,))
+        host = ray.remote(num_cpus=0, max_concurrency=4)(_InboxHost).remote()
+        caller = ray.remote(num_cpus=0)(_Caller).remote(board, host, batch)
+        out = ray.get(caller.time_calls.remote(repeats))
+    finally:
+        ray.shutdown()
+    return {"batch_sequences": len(batch), **out}
+
+
+def _actor_batches(steps: int) -> tuple[list, int, object]:
+    """The batches a real CartPole-preset actor sends in `steps` env steps."""
     import gymnasium as gym
 
     from r2d2_agent.distributed.actor_runner import ActorRunner
@@ -180,23 +254,30 @@ def run_experience(steps: int) -> dict:
 
     config = cartpole_config(seed=0)
     builder = R2D2Builder(config)
-    weights = _weights_of(config)
     sender = _Collector()
     env = gym.make("CartPole-v1")
-    runner = ActorRunner(0, builder, env, sender, _FixedWeights(weights), epsilon=0.4, seed=0)
+    runner = ActorRunner(
+        0, builder, env, sender, _FixedWeights(_weights_of(config)), epsilon=0.4, seed=0
+    )
     runner.run(lambda: runner.steps >= steps)
     env.close()
-    sizes = [len(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)) for batch in sender.batches]
-    sequences = sum(len(batch) for batch in sender.batches)
+    return sender.batches, runner.steps, config
+
+
+def run_experience(steps: int) -> dict:
+    """Pickled bytes an actor sends on the CartPole preset (a real actor, no learner)."""
+    batches, env_steps, config = _actor_batches(steps)
+    sizes = [len(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)) for batch in batches]
+    sequences = sum(len(batch) for batch in batches)
     total = sum(sizes)
     return {
-        "env_steps": runner.steps,
+        "env_steps": env_steps,
         "sequences": sequences,
         "batches": len(sizes),
-        "bytes_per_env_step": round(total / runner.steps, 1),
+        "bytes_per_env_step": round(total / env_steps, 1),
         "bytes_per_sequence": round(total / sequences, 1),
         "env_steps_per_update": config.train_interval,
-        "bytes_per_update": round(total / runner.steps * config.train_interval, 1),
+        "bytes_per_update": round(total / env_steps * config.train_interval, 1),
     }
 
 
@@ -215,8 +296,8 @@ def main() -> None:
     parser.add_argument(
         "--sections",
         nargs="+",
-        default=["throughput", "weights", "experience"],
-        choices=["throughput", "weights", "experience"],
+        default=["throughput", "weights", "experience", "calls"],
+        choices=["throughput", "weights", "experience", "calls"],
     )
     args = parser.parse_args()
     out: dict = {
@@ -225,6 +306,8 @@ def main() -> None:
     }
     if "experience" in args.sections:
         out["experience"] = run_experience(args.experience_steps)
+    if "calls" in args.sections:
+        out["calls"] = run_calls(args.experience_steps, args.repeats * 10)
     if "weights" in args.sections:
         out["weights"] = run_weights(args.repeats)
     if "throughput" in args.sections:
