@@ -10,10 +10,13 @@ CPUs are all free again (no Ray actor of the run is left), and Ray is as the run
 from __future__ import annotations
 
 import functools
+import json
 import os
 import queue
 import signal
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from types import SimpleNamespace
@@ -530,3 +533,104 @@ def test_ray_actor_of_a_lost_node_is_restarted_elsewhere(node_gone):
 def test_ray_run_with_a_lost_node_finishes(node_gone):
     result = node_gone.result
     assert result.stop_reason == "nb_steps" and result.env_steps >= 1000
+
+
+_SIGINT_SCRIPT = textwrap.dedent("""
+    import functools, json, sys
+    import gymnasium as gym
+    import ray
+    from r2d2_agent.config import R2D2Config
+    from r2d2_agent.distributed import R2D2Manager
+
+    def main():
+        config = R2D2Config(input_shape=(4,), nb_actions=2, lstm_units=16, dense_units=16,
+                            burnin=2, input_length=4, multisteps=2, batch_size=4,
+                            memory_capacity=200, memory_warmup=200, seed=0)
+        manager = R2D2Manager(functools.partial(gym.make, "CartPole-v1"), config,
+                              actor_num=1, backend="ray", progress=False)
+        ready = {}
+
+        def on_progress(p):
+            if not ready and p.weights_version >= 1 and min(p.actor_env_steps) > 0:
+                ready.update(pids=[*p.actor_pids, p.learner_pid])
+                print("READY " + json.dumps(ready), flush=True)
+
+        result = manager.train(max_seconds=120, on_progress=on_progress)
+        print("RESULT " + json.dumps({
+            "reason": result.stop_reason, "steps": result.env_steps,
+            "weights": manager.latest_weights() is not None,
+            "ray": ray.is_initialized()}), flush=True)
+
+    if __name__ == "__main__":
+        main()
+""")
+
+
+def _session_processes(session: int) -> list[str]:
+    """Command lines of the live processes of a session (Ray's own ones included)."""
+    out = subprocess.run(["ps", "-o", "sid=,args="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.split(None, 1)[0] == str(session)]
+
+
+@pytest.fixture(scope="module")
+def ray_ctrl_c(tmp_path_factory):
+    """A one-actor run on a Ray the script starts itself, interrupted like a terminal's
+    Ctrl-C (SIGINT to the whole process group) once weights were published."""
+    tmp_path = tmp_path_factory.mktemp("ray_ctrl_c")
+    script = tmp_path / "run_manager.py"
+    script.write_text(_SIGINT_SCRIPT)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+
+    def expect(prefix: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if line.startswith(prefix):
+                return json.loads(line[len(prefix) :])
+        raise AssertionError(f"no {prefix!r} line from the script")
+
+    try:
+        ready = expect("READY ", 180)
+        os.killpg(proc.pid, signal.SIGINT)
+        start = time.monotonic()
+        result = expect("RESULT ", 60)
+        exitcode = proc.wait(60)
+        seconds = time.monotonic() - start
+        time.sleep(2)  # Ray's own processes end after the driver's ray.shutdown()
+        left = _session_processes(proc.pid)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return SimpleNamespace(
+        ready=ready, result=result, exitcode=exitcode, seconds=seconds, left=left
+    )
+
+
+def test_ray_ctrl_c_stops_the_run_as_interrupted_and_keeps_the_weights(ray_ctrl_c):
+    result = ray_ctrl_c.result
+    assert result["reason"] == "interrupted" and result["steps"] > 0 and result["weights"]
+
+
+def test_ray_ctrl_c_lets_the_script_exit_normally_within_seconds(ray_ctrl_c):
+    assert ray_ctrl_c.exitcode == 0 and ray_ctrl_c.seconds < 30
+
+
+def test_ray_ctrl_c_leaves_no_ray_process_behind(ray_ctrl_c):
+    assert ray_ctrl_c.result["ray"] is False
+    assert ray_ctrl_c.left == [], "\n".join(ray_ctrl_c.left)
