@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
+import sys
 import time
 
 import gymnasium as gym
@@ -29,27 +31,10 @@ import numpy as np
 from r2d2_agent import InputType, R2D2Config
 from r2d2_agent.compat import tf
 from r2d2_agent.presets import cartpole_config
-from r2d2_agent.replay import SequenceLayout
 from r2d2_agent.roles import R2D2Builder
-from r2d2_agent.roles.learner import R2D2Learner
 
-
-def fill_replay(learner: R2D2Learner, config: R2D2Config, count: int, dtype: type) -> None:
-    """Adds `count` random, fully valid sequences."""
-    rng = np.random.default_rng(0)
-    for _ in range(count):
-        seq = {}
-        for name, (shape, dt) in SequenceLayout.from_config(config, dtype).field_spec().items():
-            if np.dtype(dt).kind == "f":
-                seq[name] = rng.random(shape).astype(dt)
-            elif np.dtype(dt) == np.uint8:
-                seq[name] = rng.integers(0, 255, shape).astype(dt)
-            else:
-                seq[name] = np.zeros(shape, dt)
-        seq["mask"][:] = 1.0
-        seq["burnin_mask"][:] = 1.0
-        seq["bootstrap_index"][:] = np.arange(config.input_length) + config.multisteps
-        learner.add(seq, 1.0)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from replay_fill import fill_replay  # noqa: E402
 
 
 def bench_learner(config: R2D2Config, updates: int, repeats: int, dtype: type) -> dict:
@@ -81,7 +66,7 @@ def bench_learner(config: R2D2Config, updates: int, repeats: int, dtype: type) -
 def bench_actor(config: R2D2Config, use_numpy: bool, steps: int) -> dict:
     sink_count = [0]
 
-    def sink(sequence: dict, priority: float) -> None:
+    def sink(record) -> None:
         sink_count[0] += 1
 
     builder = R2D2Builder(config, use_numpy_policy=use_numpy)

@@ -44,6 +44,10 @@ BENCHMARKS = {
         ],
         ["bench_agent.py"],
     ),
+    "learner": (
+        ["bench_learner.py", "--updates", "20", "--repeats", "3", "--skip-atari"],
+        ["bench_learner.py"],
+    ),
     "manager": (
         [
             "bench_manager.py",

@@ -267,6 +267,30 @@ def test_unroll_equals_the_keras_lstm_layer_path(cached_network):
     np.testing.assert_allclose(c_unroll.numpy(), c_layer.numpy(), atol=1e-5)
 
 
+def test_unroll_gradient_does_not_slice_the_features_per_step(cached_network):
+    """The step-by-step unroll takes its inputs with one unstack: a slice per step would
+    add a `StridedSliceGrad` of the whole (batch, time, dim) features per step to the
+    backward pass (time^2 work; benchmarks/RESULTS.md, issue 7.3)."""
+    from r2d2_agent.compat import tf
+
+    config, network, _ = cached_network()
+    steps = 12
+    obs, state = random_obs(config, 2, steps), random_state(2)
+    mask = np.ones((2, steps), bool)
+
+    @tf.function
+    def grads(obs, h, c, mask):
+        with tf.GradientTape() as tape:
+            q, _ = network.unroll(obs, (h, c), mask)
+            loss = tf.reduce_sum(q)
+        return tape.gradient(loss, network.model.trainable_variables)
+
+    graph = grads.get_concrete_function(obs, state[:, 0], state[:, 1], mask).graph
+    ops = [op.type for op in graph.get_operations()]
+    assert ops.count("StridedSliceGrad") < steps // 2
+    assert "Unpack" in ops
+
+
 def test_all_masked_steps_return_the_initial_state(cached_network):
     config, network, _ = cached_network()
     randomize_weights(network)

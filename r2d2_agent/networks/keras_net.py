@@ -218,15 +218,19 @@ class R2D2Network:
         features = self.encoder(obs)
         if with_prev:
             features = self.prev_action_reward([features, prev_action, prev_reward])
+        # One unstack, not a slice per step: the gradient of `features[:, t]` is a
+        # zero-padded (batch, time, dim) tensor per step, summed over the steps (time^2
+        # work); the gradient of `tf.unstack` is one stack (benchmarks/RESULTS.md, 7.3).
+        inputs = tf.unstack(features, num=steps, axis=1)
+        keeps = None if mask is None else tf.unstack(mask[:, :, None], num=steps, axis=1)
         h, c = (tf.convert_to_tensor(s, tf.float32) for s in state)
         outputs = []
         for t in range(steps):
-            out, (h_new, c_new) = self.lstm.cell(features[:, t], [h, c])
-            if mask is None:
+            out, (h_new, c_new) = self.lstm.cell(inputs[t], [h, c])
+            if keeps is None:
                 h, c = h_new, c_new
             else:  # masked steps keep the previous state
-                keep = mask[:, t, None]
-                h, c = tf.where(keep, h_new, h), tf.where(keep, c_new, c)
+                h, c = tf.where(keeps[t], h_new, h), tf.where(keeps[t], c_new, c)
             outputs.append(h)
         return self.head(tf.stack(outputs, axis=1)), (h, c)
 
