@@ -11,6 +11,11 @@ Sections (one JSON object is printed at the end):
   (``get_weights`` + ``SharedWeights.publish``) and an actor's pull
   (``pull_if_newer`` + ``policy.set_weights``) for the numpy and the Keras policy; plus
   ``bench_weights.bench_set`` on the same shapes (shared memory vs a pickled mp.Queue).
+* ``overlap``: acting beside learning at the same ratio (the CartPole preset's 4 env steps
+  per update): env steps/s of the manager with 1 actor and the default rate limit over
+  the steady part of a ``--seconds`` run, against the single-process agent's `fit` over
+  the same number of env steps after its warm-up; the ratio, and where each process spent
+  its time (`TrainResult.learner_info` / `actor_info` "seconds").
 * ``solve``: env steps and wall seconds to solve CartPole-v1 with the protocol of
   tests/test_learning.py (10 greedy episodes every 2,500 env steps, solved at the first
   mean >= 475) with the manager (2 actors; evaluations run in the parent while the
@@ -86,6 +91,8 @@ def run_throughput(
         "sequences_per_s": round((b.sequences_received - a.sequences_received) / dt, 1),
         "env_steps_per_update": round(result.env_steps / max(result.learner_updates, 1), 1),
         "actor_tensorflow_loaded": [i.get("tensorflow_loaded") for i in result.actor_info],
+        "learner_seconds": result.learner_info.get("seconds"),
+        "actor_seconds": [i.get("seconds") for i in result.actor_info],
     }
 
 
@@ -198,6 +205,41 @@ def run_solve_agent(seed: int, budget: int) -> dict:
     }
 
 
+def run_agent_speed(steps: int) -> dict:
+    """The single-process agent's env steps/s at the CartPole preset, after warm-up."""
+    from r2d2_agent import R2D2Agent
+
+    config = cartpole_config(seed=0)
+    agent = R2D2Agent(config)
+    agent.compile()
+    env = CARTPOLE()
+    agent.fit(env, nb_steps=config.warmup * 2, verbose=0)  # replay ready, graph traced
+    updates = agent.learner.updates
+    start = time.perf_counter()
+    agent.fit(env, nb_steps=steps, verbose=0)
+    seconds = time.perf_counter() - start
+    env.close()
+    return {
+        "mode": "agent",
+        "env_steps": steps,
+        "seconds": round(seconds, 2),
+        "env_steps_per_s": round(steps / seconds, 1),
+        "env_steps_per_update": round(steps / max(agent.learner.updates - updates, 1), 2),
+    }
+
+
+def run_overlap(seconds: float) -> dict:
+    """Manager (1 actor, rate-limited at the agent's ratio) vs the agent, same preset."""
+    manager = run_throughput(1, True, seconds, True)
+    steps = int(manager["env_steps_per_s_total"] * manager["measured_s"])
+    agent = run_agent_speed(max(steps, 2_000))
+    return {
+        "manager": manager,
+        "agent": agent,
+        "speedup": round(manager["env_steps_per_s_total"] / agent["env_steps_per_s"], 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Runs the selected sections and prints one JSON object."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -209,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--sections",
         nargs="+",
         default=["throughput", "weights", "solve"],
-        choices=["throughput", "weights", "solve"],
+        choices=["throughput", "weights", "solve", "overlap"],
     )
     args = parser.parse_args(argv)
     report: dict = {
@@ -227,6 +269,8 @@ def main(argv: list[str] | None = None) -> dict:
             for numpy_policy in (True, False)
         ]
         report["throughput"].append(run_throughput(2, True, args.seconds, True))
+    if "overlap" in args.sections:
+        report["overlap"] = run_overlap(args.seconds)
     if "solve" in args.sections:
         report["solve"] = [
             run_solve_manager(args.seed, args.budget, 2),

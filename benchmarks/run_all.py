@@ -61,6 +61,10 @@ BENCHMARKS = {
         ],
         ["bench_manager.py"],
     ),
+    "ray": (
+        ["bench_ray.py", "--seconds", "15", "--actors", "1", "2", "--repeats", "5"],
+        ["bench_ray.py"],
+    ),
     "checkpoint": (["bench_checkpoint.py", "--repeats", "2"], ["bench_checkpoint.py"]),
     "frames": (
         ["bench_frames.py", "--capacity", "80", "--repeats", "2"],

@@ -219,6 +219,16 @@ def test_recent_mean_return_is_positive(two_actor_run):
     assert two_actor_run.result.recent_mean_return() > 0
 
 
+def test_learner_reports_where_its_time_went(two_actor_run):
+    seconds = two_actor_run.result.learner_info["seconds"]
+    assert seconds["learning"] > 0 and seconds["total"] >= seconds["learning"]
+
+
+def test_every_actor_reports_where_its_time_went(two_actor_run):
+    for info in two_actor_run.result.actor_info:
+        assert info["seconds"]["acting"] > 0 and info["seconds"]["total"] > 0
+
+
 def test_numpy_actors_never_load_tensorflow(two_actor_run):
     for info in two_actor_run.result.actor_info:
         assert info["policy"] == "NumpyNetwork" and info["tensorflow_loaded"] is False

@@ -16,6 +16,7 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -252,6 +253,7 @@ def _spread_run(cluster, config):
             still_initialized=ray.is_initialized(),
             cpus_freed=_free_cpus_come_back(),
             nodes={n["NodeID"] for n in ray.nodes() if n["Alive"]},
+            driver_node=ray.get_runtime_context().get_node_id(),
         )
     finally:
         ray.shutdown()
@@ -284,6 +286,14 @@ def test_ray_learner_trained_and_published(spread_run):
 def test_ray_actors_sit_on_both_nodes(spread_run):
     placed = {info["node_id"] for info in spread_run.result.actor_info}
     assert placed == spread_run.nodes and len(placed) == 2
+
+
+def test_ray_learner_reports_where_its_time_went(spread_run):
+    assert spread_run.result.learner_info["seconds"]["learning"] > 0
+
+
+def test_ray_learner_sits_on_the_drivers_node(spread_run):
+    assert spread_run.result.learner_info["node_id"] == spread_run.driver_node
 
 
 def test_ray_actors_report_episode_returns(spread_run):
@@ -491,10 +501,12 @@ def test_ray_run_asking_for_more_cpus_than_the_cluster_has_is_refused(cluster, r
 
 def _node_gone(cluster, config):
     """One actor, pinned (custom resource) to a node that is removed after 200 env steps;
-    a replacement node offers the same resource."""
+    a replacement node offers the same resource. The driver connects first, so that its
+    node (where the board and the learner go) is not the doomed one: on loopback every
+    node has the same address."""
+    ray.init(address=cluster.address)
     doomed = cluster.add_node(num_cpus=1, resources={"doomed": 1})
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address)
     replacement = []
     try:
         manager = R2D2Manager(
@@ -581,15 +593,20 @@ def ray_ctrl_c(tmp_path_factory):
     script.write_text(_SIGINT_SCRIPT)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen(
-        [sys.executable, str(script)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        start_new_session=True,
-    )
+    # Its own Ray session root, so that it starts a Ray rather than join this module's
+    # cluster (Ray joins a cluster it finds running on the machine).
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="r2d2ray", dir="/tmp")
+    stderr_path = tmp_path / "stderr.txt"
+    with open(stderr_path, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, str(script)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            start_new_session=True,
+        )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
 
@@ -602,7 +619,7 @@ def ray_ctrl_c(tmp_path_factory):
                 continue
             if line.startswith(prefix):
                 return json.loads(line[len(prefix) :])
-        raise AssertionError(f"no {prefix!r} line from the script")
+        raise AssertionError(f"no {prefix!r} line; stderr:\n{stderr_path.read_text()[-3000:]}")
 
     try:
         ready = expect("READY ", 180)

@@ -228,6 +228,14 @@ def test_actor_runner_reports_episode_returns(actor_run):
     assert all(ret == n for ret, n in actor_run.episodes)  # CartPole: reward 1 per step
 
 
+def test_actor_runner_accounts_its_time_by_activity(actor_run):
+    split = actor_run.runner.time
+    assert set(split.seconds) == {"waiting_for_weights", "weights", "sending"}
+    shares = split.shares("acting")
+    parts = sum(value for name, value in shares.items() if name != "total")
+    assert shares["acting"] > 0 and parts == pytest.approx(shares["total"], abs=0.005)
+
+
 def test_actor_runner_stops_when_sender_refuses(config, cartpole):
     runner = ActorRunner(
         0,
@@ -292,6 +300,13 @@ def test_learner_runner_keeps_the_last_version_and_metrics(learner_run):
 def test_learner_runner_calls_the_begin_and_end_hooks(learner_run):
     calls = learner_run.hook_calls
     assert calls[0] == "on_r2d2_learner_begin" and calls[-1] == "on_r2d2_learner_end"
+
+
+def test_learner_runner_accounts_its_time_by_activity(learner_run):
+    seconds = learner_run.runner.time.seconds
+    assert {"learning", "replay_add", "receiving", "publishing"} <= set(seconds)
+    assert all(value > 0 for value in seconds.values())
+    assert sum(seconds.values()) <= learner_run.runner.time.elapsed
 
 
 def test_learner_runner_calls_the_train_hooks_once_per_update(learner_run):

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from r2d2_agent.distributed.interfaces import ExperienceSender, WeightsSubscriber
 from r2d2_agent.distributed.messages import Experience
+from r2d2_agent.distributed.timing import TimeSplit
 from r2d2_agent.math import annealed_epsilon
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.roles.builder import R2D2Builder
@@ -101,6 +102,10 @@ class ActorRunner(EpisodeObserver):
         """Experience items the sender accepted."""
         self.weight_pulls = 0
         """Weight sets taken from the subscriber."""
+        self.time = TimeSplit()
+        """Where `run`'s wall time went: "sending" (including back-pressure waits),
+        "weights" (pulls), "waiting_for_weights" (before the first set), the rest
+        "acting" (env steps, the policy, the adder, callbacks)."""
         self._anneal_epsilon()
         self._pending: list[Experience] = []
         self._steps_unsent = 0
@@ -124,18 +129,23 @@ class ActorRunner(EpisodeObserver):
         the loop ends normally (stop or budget), not when it raises.
         """
         call_hooks(self.callbacks, "on_r2d2_actor_begin", self.index, self)
-        if self._wait_for_first_weights(should_stop):
+        self.time.start()
+        with self.time.measure("waiting_for_weights"):
+            started = self._wait_for_first_weights(should_stop)
+        if started:
             loop = EpisodeLoop(self.env, self.actor, observers=[self], seed=self.seed)
             loop.run(should_stop=should_stop)
             if not self._refused:
                 self._flush()
+        self.time.stop()
         call_hooks(self.callbacks, "on_r2d2_actor_end", self.index, self)
 
     # EpisodeObserver hooks -----------------------------------------------------------
 
     def on_step_begin(self, episode_step: int) -> None:
         if self._steps_since_sync >= self.config.actor_sync_interval:
-            self._pull_weights()
+            with self.time.measure("weights"):
+                self._pull_weights()
             self._steps_since_sync = 0
 
     def on_step_end(self, episode_step: int, transition: Transition) -> None:
@@ -176,7 +186,9 @@ class ActorRunner(EpisodeObserver):
             return
         items = self._pending
         self._pending = []
-        if self.sender.send(items):
+        with self.time.measure("sending"):
+            accepted = self.sender.send(items)
+        if accepted:
             self.items_sent += len(items)
         else:
             self._refused = True

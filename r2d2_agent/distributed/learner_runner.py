@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from r2d2_agent.distributed.interfaces import ExperienceReceiver, WeightsPublisher
 from r2d2_agent.distributed.messages import Experience
+from r2d2_agent.distributed.timing import TimeSplit
 from r2d2_agent.roles.hooks import call_hooks
 
 __all__ = ["LearnerProgress", "LearnerRunner", "RateLimiter"]
@@ -134,6 +135,10 @@ class LearnerRunner:
         """Latest published weights version."""
         self.metrics: dict[str, float] = {}
         """Metrics of the latest update."""
+        self.time = TimeSplit()
+        """Where `run`'s wall time went: "learning" (updates), "replay_add", "receiving"
+        (draining what is there), "waiting" (for experience, when it could not train),
+        "publishing"; the rest "other" (hooks, progress reports)."""
 
     def _can_train(self) -> bool:
         if not self.learner.ready:
@@ -149,7 +154,8 @@ class LearnerRunner:
 
     def publish(self) -> int:
         """Publishes the learner's current weights; returns the new version."""
-        self.version = self.publisher.publish(self.learner.get_weights())
+        with self.time.measure("publishing"):
+            self.version = self.publisher.publish(self.learner.get_weights())
         return self.version
 
     def run(self, should_stop: Callable[[], bool]) -> None:
@@ -159,22 +165,28 @@ class LearnerRunner:
         (not when it raises), after the last one, before the end hook.
         """
         call_hooks(self.callbacks, "on_r2d2_learner_begin", self.learner)
+        self.time.start()
         self.publish()
         while not should_stop() and (self.nb_trains is None or self.updates < self.nb_trains):
             self._iteration()
         if self.updates % self.publish_interval:
             self.publish()
+        self.time.stop()
         call_hooks(self.callbacks, "on_r2d2_learner_end", self.learner)
 
     def _iteration(self) -> None:
         can_train = self._can_train()
         if not can_train or self.rate.may_receive(self.updates, self.env_steps_received):
             timeout = 0.0 if can_train else self.receive_timeout
-            self._add(self.receiver.receive(self.receive_batch, timeout))
+            with self.time.measure("receiving" if can_train else "waiting"):
+                received = self.receiver.receive(self.receive_batch, timeout)
+            with self.time.measure("replay_add"):
+                self._add(received)
             can_train = self._can_train()
         if can_train:
             call_hooks(self.callbacks, "on_r2d2_learner_train_begin", self.learner)
-            self.metrics = self.learner.step()
+            with self.time.measure("learning"):
+                self.metrics = self.learner.step()
             self.updates += 1
             call_hooks(self.callbacks, "on_r2d2_learner_train_end", self.learner)
             if self.updates % self.publish_interval == 0:

@@ -85,7 +85,9 @@ class R2D2Manager:
             Ray cluster; needs `pip install "r2d2-agent[ray]"`).
         ray_address: With `backend="ray"`: the cluster to join (e.g. "auto" or
             "ray://head:10001"); None uses the Ray already initialised in this process,
-            else `RAY_ADDRESS`, else starts a local Ray for the run (and stops it after).
+            else `RAY_ADDRESS`, else a cluster `ray start` made on this machine, else
+            starts a local Ray for the run. Ray the manager connected is disconnected
+            (and a local Ray it started is stopped) when `train` returns.
         ray_options: With `backend="ray"`: placement and pacing (`RayOptions`: CPUs per
             actor, the learner's GPUs, the experience back-pressure bound, ...).
 

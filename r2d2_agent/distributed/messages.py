@@ -10,7 +10,7 @@ A backend dispatches on the message's type, never on a string tag.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from r2d2_agent.replay.adder import SequenceRecord
@@ -82,6 +82,8 @@ class ActorSummary:
         steps: Env steps it took.
         weight_pulls: Weight sets it took from the learner.
         items_sent: Sequences it sent.
+        seconds: Where its loop's wall time went (`ActorRunner.time`): "acting",
+            "sending", "weights", "waiting_for_weights", "total".
     """
 
     pid: int
@@ -90,15 +92,25 @@ class ActorSummary:
     steps: int
     weight_pulls: int
     items_sent: int
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class LearnerSummary:
-    """Learner -> parent when it stops normally."""
+    """Learner -> parent when it stops normally.
+
+    Attributes:
+        pid: The learner's process id.
+        updates: Learner updates (a resumed learner's count goes on).
+        sequences: Sequences received.
+        seconds: Where its loop's wall time went (`LearnerRunner.time`): "learning",
+            "replay_add", "receiving", "waiting", "publishing", "other", "total".
+    """
 
     pid: int
     updates: int
     sequences: int
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

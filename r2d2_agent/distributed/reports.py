@@ -56,7 +56,12 @@ class TrainResult:
     """Per actor index, the returns of the episodes it finished in this call, in order."""
     actor_restarts: list[int]
     actor_info: list[dict[str, Any]] = field(default_factory=list)
-    """Per actor, what its last process reported at exit (pid, policy, tensorflow_loaded)."""
+    """Per actor, what its last process reported at exit (`ActorSummary` as a dict: pid,
+    policy, tensorflow_loaded, steps, weight_pulls, items_sent, and `seconds`: where its
+    time went); on Ray also `node_id` and `hostname`."""
+    learner_info: dict[str, Any] = field(default_factory=dict)
+    """What the learner reported at exit (`LearnerSummary` as a dict: pid, updates,
+    sequences, and `seconds`: where its time went); empty if it did not stop normally."""
     episodes: int = 0
     """Finished episodes over all actors (with `resume_from`, the checkpoint's included)."""
     stop_detail: str = ""

@@ -44,6 +44,8 @@ class RunBook:
         """Per actor index, how many times it was restarted."""
         self.actor_info: list[dict[str, Any]] = [{} for _ in range(n)]
         """Per actor index, what its last process reported at exit."""
+        self.learner_info: dict[str, Any] = {}
+        """What the learner reported at exit."""
         self.reason = ""
         """Why the run stopped ("" while it runs)."""
         self.stop_requested = False
@@ -158,6 +160,7 @@ class RunBook:
             episode_returns=self.returns,
             actor_restarts=list(self.restarts),
             actor_info=self.actor_info,
+            learner_info=self.learner_info,
             episodes=episodes,
             stop_detail=self.stop_detail,
             resumed_from=resumed_from,

@@ -116,11 +116,15 @@ def actor_summary(runner: ActorRunner) -> ActorSummary:
         steps=runner.steps,
         weight_pulls=runner.weight_pulls,
         items_sent=runner.items_sent,
+        seconds=runner.time.shares("acting"),
     )
 
 
 def learner_summary(runner: LearnerRunner) -> LearnerSummary:
     """What the learner reports when it stops normally."""
     return LearnerSummary(
-        pid=os.getpid(), updates=runner.updates, sequences=runner.sequences_received
+        pid=os.getpid(),
+        updates=runner.updates,
+        sequences=runner.sequences_received,
+        seconds=runner.time.shares("other"),
     )

@@ -306,6 +306,7 @@ class Supervisor:
             self.book.actor_info[child.index] = dataclasses.asdict(message)
         elif isinstance(message, LearnerSummary):
             child.summary = message
+            self.book.learner_info = dataclasses.asdict(message)
         elif isinstance(message, StopRequested):
             self.request_stop("callback", message.reason)
         else:

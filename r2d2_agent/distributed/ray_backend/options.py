@@ -32,8 +32,9 @@ class RayOptions:
     learner_num_gpus: float = 0.0
     """GPUs the learner actor asks for (Ray sets its `CUDA_VISIBLE_DEVICES`); 0: none."""
     learner_on_driver_node: bool = True
-    """Place the learner on the driver's node if it has room (its checkpoints and logs
-    are then written where you run the manager); False lets Ray place it anywhere."""
+    """Place the learner on the driver's node when that node has the CPUs and GPUs it
+    asks for (its checkpoints and logs are then written where you run the manager);
+    False, or a node without them, lets Ray place it anywhere."""
     actor_num_cpus: float = 1.0
     """CPUs each actor reserves; 0.5 packs two actors per CPU."""
     actor_resources: Mapping[str, float] | None = None

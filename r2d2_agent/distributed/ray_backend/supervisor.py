@@ -100,8 +100,8 @@ class RaySupervisor:
         on_progress: Called in the driver about ten times a second with a `Progress`.
         resume: A checkpoint's state to continue from (counters and learner state).
         address: The Ray cluster to connect to (`ray.init(address=...)`); None: the Ray
-            already initialised in this process, else `RAY_ADDRESS`, else a new local
-            instance.
+            already initialised in this process, else `RAY_ADDRESS`, else a cluster
+            `ray start` made on this machine, else a new local instance.
         options: Placement and pacing of the Ray actors.
     """
 
@@ -231,16 +231,20 @@ class RaySupervisor:
             if self.address is not None:
                 logger.info("Ray is already initialised; ray_address=%r is not used", self.address)
             return
-        kwargs: dict[str, Any] = {"address": self.address, "logging_level": logging.WARNING}
         if self.address is None and not os.environ.get("RAY_ADDRESS"):
-            needed = math.ceil(self.options.cpus_needed(self.spec.nb_actors))
-            kwargs["num_cpus"] = self.options.init_num_cpus or max(os.cpu_count() or 1, needed)
-            kwargs["include_dashboard"] = False
-            with _worker_niceness_zero():
-                ray.init(**kwargs)
+            if _local_cluster_address() is not None:  # `ray start` made one here: join it
+                ray.init(address=None, logging_level=logging.WARNING)
+                logger.info("joined the Ray cluster running on this machine")
+            else:  # a local Ray for this run
+                needed = math.ceil(self.options.cpus_needed(self.spec.nb_actors))
+                num_cpus = self.options.init_num_cpus or max(os.cpu_count() or 1, needed)
+                with _worker_niceness_zero():
+                    ray.init(
+                        num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING
+                    )
         else:
-            ray.init(**kwargs)
-        self._started_ray = True
+            ray.init(address=self.address, logging_level=logging.WARNING)
+        self._started_ray = True  # connected by this run: disconnected at its end
 
     def _check_resources(self) -> None:
         """Refuses, before any worker starts, a run the cluster cannot place."""
@@ -289,7 +293,7 @@ class RaySupervisor:
         spec, options = self.spec, self.options
         learner_class = ray.remote(LearnerWorker)
         placement = {}
-        if options.learner_on_driver_node:
+        if options.learner_on_driver_node and self._this_node_fits_the_learner():
             placement["scheduling_strategy"] = _on_this_node()
         handle = learner_class.options(
             **placement,
@@ -309,6 +313,19 @@ class RaySupervisor:
             Deferred(start, cloudpickle.dumps), self._board, options.report_interval
         )
         self._learner = worker
+
+    def _this_node_fits_the_learner(self) -> bool:
+        """Whether the driver's node has the CPUs and GPUs the learner asks for."""
+        here = ray.get_runtime_context().get_node_id()
+        node = next((n for n in ray.nodes() if n.get("NodeID") == here), None)
+        resources = {} if node is None else node.get("Resources", {})
+        options = self.options
+        fits = resources.get("CPU", 0.0) + 1e-9 >= options.learner_num_cpus and (
+            resources.get("GPU", 0.0) + 1e-9 >= options.learner_num_gpus
+        )
+        if not fits:
+            logger.info("the driver's node cannot hold the learner (%s); Ray places it", resources)
+        return fits
 
     def _start_actor(self, i: int) -> None:
         spec, options = self.spec, self.options
@@ -403,9 +420,13 @@ class RaySupervisor:
 
     def _on_learner_done(self, worker: _Worker) -> None:
         try:
-            self._outcome = ray.get(worker.run_ref)
+            self._keep_outcome(worker, ray.get(worker.run_ref))
         except RayError as exc:
             raise _remote_error(worker, "learner failed", exc) from None
+
+    def _keep_outcome(self, worker: _Worker, outcome: LearnerOutcome) -> None:
+        self._outcome = outcome
+        self.book.learner_info = _with_place(dataclasses.asdict(outcome.summary), worker)
 
     def _on_actor_done(self, worker: _Worker) -> None:
         i = worker.index
@@ -422,10 +443,7 @@ class RaySupervisor:
             self.book.restarts[i] += 1
             self._start_actor(i)
             return
-        info = dataclasses.asdict(summary)
-        if worker.place is not None:
-            info.update(node_id=worker.place.node_id, hostname=worker.place.hostname)
-        self.book.actor_info[i] = info
+        self.book.actor_info[i] = _with_place(dataclasses.asdict(summary), worker)
 
     def _wait_for_workers(self, timeout: float) -> None:
         """Waits up to `timeout` seconds for the workers' `run` calls, keeping results."""
@@ -441,7 +459,7 @@ class RaySupervisor:
     def _collect_at_shutdown(self, worker: _Worker) -> None:
         try:
             if worker.role == "learner":
-                self._outcome = ray.get(worker.run_ref)
+                self._keep_outcome(worker, ray.get(worker.run_ref))
             else:
                 self._on_actor_done(worker)
         except RayError as exc:
@@ -488,9 +506,32 @@ class RaySupervisor:
             self.on_progress(progress)
 
 
+def _local_cluster_address() -> str | None:
+    """The address of the cluster `ray start` made on this machine, if any: what
+    `ray.init()` would join. Asked beforehand because `ray.init(num_cpus=...)` refuses to
+    join one, and a refused `ray.init` leaves the process unable to start Ray actors
+    (Ray 2.60). Uses Ray's own lookup (a private helper); if that moves, a local Ray is
+    started instead."""
+    try:
+        from ray._private.services import find_bootstrap_address
+
+        return find_bootstrap_address(None)
+    except Exception as exc:  # noqa: BLE001 - any failure of a private helper: no cluster
+        logger.debug("could not look for a local Ray cluster: %s", exc)
+        return None
+
+
+def _with_place(info: dict[str, Any], worker: _Worker) -> dict[str, Any]:
+    """A summary's dict with the worker's node id and host name, when known."""
+    if worker.place is not None:
+        info.update(node_id=worker.place.node_id, hostname=worker.place.hostname)
+    return info
+
+
 def _on_this_node() -> NodeAffinitySchedulingStrategy:
-    """Ray placement on the driver's node when it has room (else anywhere)."""
-    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    """Ray placement on the driver's node. Hard: Ray 2.60 did not keep zero-CPU actors
+    on the node of a soft affinity (half of them went elsewhere in a loopback cluster)."""
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
 @contextlib.contextmanager
