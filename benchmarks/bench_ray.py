@@ -8,8 +8,9 @@ Sections (one JSON object is printed at the end):
   ``backend="ray"`` (a local Ray started once for all its runs, as on a one-node
   cluster), run one after the other in this process.
 * ``weights``: one weights publish (``ray.put`` of the arrays + registering the reference
-  with the run's board) and one fetch by another process (asking the board + ``ray.get``
-  by reference + a writable copy), on the CartPole preset network and on the CPU-sized
+  with the run's board) and one fetch by another process (asking the board for the
+  reference, as an actor's report does, + ``ray.get`` by reference + a writable copy),
+  on the CartPole preset network and on the CPU-sized
   Atari network of ``examples/atari.py``, with their sizes in bytes.
 * ``experience``: bytes an actor sends per env step and per sequence on the CartPole
   preset (pickled `Experience` batches of a real actor), and per learner update at the
@@ -69,9 +70,11 @@ class _Fetcher:
     """A Ray actor that fetches published weights as an actor process does."""
 
     def __init__(self, board) -> None:
+        import ray
+
         from r2d2_agent.distributed.ray_backend.channels import ObjectStoreSubscriber
 
-        self.subscriber = ObjectStoreSubscriber(board)
+        self.subscriber = ObjectStoreSubscriber(lambda: ray.get(board.weights_if_newer.remote(0)))
 
     def fetch(self) -> float:
         """Seconds for one `pull_if_newer` that finds a newer version."""

@@ -32,14 +32,18 @@ from ray.cluster_utils import Cluster
 from r2d2_agent.callbacks import CheckpointCallback
 from r2d2_agent.distributed import R2D2Manager, R2D2ProcessError, ray_backend
 from r2d2_agent.distributed.messages import Experience
-from r2d2_agent.distributed.ray_backend import RayOptions
+from r2d2_agent.distributed.ray_backend import RayOptions, channels
 from r2d2_agent.distributed.ray_backend.board import (
     ActorReport,
     LearnerReport,
     PublishedWeights,
     RunBoard,
 )
-from r2d2_agent.distributed.ray_backend.channels import Inbox, InboxReceiver
+from r2d2_agent.distributed.ray_backend.channels import (
+    Inbox,
+    InboxReceiver,
+    ObjectStoreSubscriber,
+)
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
@@ -154,6 +158,25 @@ def test_board_gives_weights_only_when_newer():
     board.publish(PublishedWeights(1, ["ref1"]))  # late: never replaces a newer version
     assert board.weights_if_newer(0).refs == ["ref2"]
     assert board.weights_if_newer(2) is None
+
+
+def test_board_reply_to_an_actor_carries_the_latest_weights_reference():
+    board = RunBoard((0,), (0,))
+    assert board.actor_report(ActorReport(0, 1, 0)).weights is None
+    board.publish(PublishedWeights(3, ["ref3"]))
+    assert board.actor_report(ActorReport(0, 2, 0)).weights == PublishedWeights(3, ["ref3"])
+
+
+def test_subscriber_fetches_only_a_newer_version(monkeypatch):
+    fetched = []
+    monkeypatch.setattr(channels.ray, "get", lambda ref: fetched.append(ref) or [np.ones(2)])
+    latest = [PublishedWeights(1, ["ref1"])]
+    subscriber = ObjectStoreSubscriber(lambda: latest[0])
+    assert subscriber.pull_if_newer()[0].tolist() == [1.0, 1.0]
+    assert subscriber.pull_if_newer() is None  # same version: no fetch
+    latest[0] = PublishedWeights(2, ["ref2"])
+    assert subscriber.pull_if_newer() is not None and subscriber.version == 2
+    assert fetched == ["ref1", "ref2"]
 
 
 def test_board_passes_stop_requests_to_the_driver_once():

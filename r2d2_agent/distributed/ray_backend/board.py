@@ -43,11 +43,23 @@ class ActorReport:
 
 
 @dataclass(frozen=True)
+class PublishedWeights:
+    """The latest published weights: their version and a one-element list holding the
+    object-store reference (a list, so Ray hands the reference over rather than the
+    arrays)."""
+
+    version: int
+    refs: list[Any]
+
+
+@dataclass(frozen=True)
 class ActorReply:
-    """Board -> actor: whether to stop, and the env steps of all actors together."""
+    """Board -> actor: whether to stop, the env steps of all actors together, and the
+    latest published weights (their reference: an actor fetches them only if newer)."""
 
     stop: bool
     total_steps: int
+    weights: PublishedWeights | None = None
 
 
 @dataclass(frozen=True)
@@ -59,16 +71,6 @@ class LearnerReport:
     env_steps: int
     version: int
     loss: float
-
-
-@dataclass(frozen=True)
-class PublishedWeights:
-    """The latest published weights: their version and a one-element list holding the
-    object-store reference (a list, so Ray hands the reference over rather than the
-    arrays)."""
-
-    version: int
-    refs: list[Any]
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ class RunBoard:
         self._steps[i] = max(self._steps[i], int(report.steps))
         self._episodes[i] = max(self._episodes[i], int(report.episodes))
         self._returns.extend((i, float(r)) for r in report.returns)
-        return ActorReply(self._stop, sum(self._steps))
+        return ActorReply(self._stop, sum(self._steps), self._weights)
 
     # Learner ---------------------------------------------------------------------------
 

@@ -5,8 +5,9 @@
   transfer); the learner's bounded `Inbox` takes it, and a full inbox holds the call, which
   holds the actor's next send: back-pressure.
 * Weights: the learner puts the arrays in the object store once per publish and registers
-  the reference with the run's board; an actor asks the board for a newer version and
-  fetches the arrays by reference.
+  the reference with the run's board; the board's reply to an actor's periodic report
+  carries the latest reference, and the actor fetches the arrays by reference only when
+  their version is newer than its own (no extra round trip per check).
 """
 
 from __future__ import annotations
@@ -165,14 +166,15 @@ class ObjectStorePublisher(WeightsPublisher):
 
 
 class ObjectStoreSubscriber(WeightsSubscriber):
-    """Actor side: asks the board for a newer version, then fetches it by reference.
+    """Actor side: fetches the latest published weights by reference when newer.
 
     Args:
-        board: The run's board (a Ray actor handle).
+        latest: Returns the latest `PublishedWeights` known (the actor's board reporter
+            refreshes it with each report), or None before the first publish.
     """
 
-    def __init__(self, board: Any) -> None:
-        self._board = board
+    def __init__(self, latest: Callable[[], PublishedWeights | None]) -> None:
+        self._latest = latest
         self._version = 0
 
     @property
@@ -180,8 +182,8 @@ class ObjectStoreSubscriber(WeightsSubscriber):
         return self._version
 
     def pull_if_newer(self) -> list[np.ndarray] | None:
-        published = ray.get(self._board.weights_if_newer.remote(self._version))
-        if published is None:
+        published = self._latest()
+        if published is None or published.version <= self._version:
             return None
         arrays = ray.get(published.refs[0])
         self._version = published.version

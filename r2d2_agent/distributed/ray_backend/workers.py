@@ -22,7 +22,11 @@ import ray
 from r2d2_agent.distributed.learner_runner import LearnerRunner
 from r2d2_agent.distributed.messages import ActorSummary, Experience, LearnerSummary
 from r2d2_agent.distributed.process_setup import ChildSetup, Deferred, prepare_process
-from r2d2_agent.distributed.ray_backend.board import ActorReport, LearnerReport
+from r2d2_agent.distributed.ray_backend.board import (
+    ActorReport,
+    LearnerReport,
+    PublishedWeights,
+)
 from r2d2_agent.distributed.ray_backend.channels import (
     ActorCallSender,
     Inbox,
@@ -103,6 +107,7 @@ class _ActorBoardReporter:
         self._steps_at_report = steps
         self._total = 0
         self._stop = False
+        self._weights: PublishedWeights | None = None
 
     def on_steps(self, total_steps: int) -> None:
         self._steps = total_steps
@@ -118,8 +123,15 @@ class _ActorBoardReporter:
         self._returns.clear()
         self._stop = self._stop or reply.stop
         self._total = reply.total_steps
+        self._weights = reply.weights
         self._steps_at_report = self._steps
         self._next_report = time.monotonic() + self._interval
+
+    def latest_weights(self) -> PublishedWeights | None:
+        """The latest published weights as of the last report (refreshed when due)."""
+        if time.monotonic() >= self._next_report:
+            self.report()
+        return self._weights
 
     def stopped(self) -> bool:
         """The stop flag as of the last report (refreshed when due)."""
@@ -207,7 +219,7 @@ class ActorWorker:
         )
         env = spec.env_factory()
         sender = ActorCallSender(learner, reporter.stopped)
-        subscriber = ObjectStoreSubscriber(board)
+        subscriber = ObjectStoreSubscriber(reporter.latest_weights)
         runner = make_actor_runner(
             actor,
             env,
