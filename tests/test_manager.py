@@ -11,20 +11,17 @@ shared-memory segment is left behind.
 from __future__ import annotations
 
 import functools
-import json
 import os
-import queue
 import signal
-import subprocess
 import sys
 import textwrap
-import threading
 import time
 from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from interrupting import interrupt_script
 
 from r2d2_agent.config import InputType
 from r2d2_agent.distributed import R2D2Manager, R2D2ProcessError, TrainResult, describe_exit
@@ -485,51 +482,11 @@ def ctrl_c(tmp_path_factory, shm_segments):
     what is left once it exited: live child pids, its shared-memory segments.
     """
     tmp_path = tmp_path_factory.mktemp("ctrl_c")
-    script = tmp_path / "run_manager.py"
-    script.write_text(_SIGINT_SCRIPT)
-    stderr_path = tmp_path / "stderr.txt"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
-    with open(stderr_path, "w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, str(script)],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            start_new_session=True,
-        )
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
-
-    def expect(prefix: str, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = lines.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if line.startswith(prefix):
-                return json.loads(line[len(prefix) :])
-        raise AssertionError(f"no {prefix!r} line; stderr:\n{stderr_path.read_text()[-3000:]}")
-
-    try:
-        ready = expect("READY ", 120)
-        os.killpg(proc.pid, signal.SIGINT)  # like a terminal's Ctrl-C: the whole group
-        result = expect("RESULT ", 60)
-        exitcode = proc.wait(30)
-    finally:
-        if proc.poll() is None:  # a failed run: end the whole session, children included
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return SimpleNamespace(
-        ready=ready,
-        result=result,
-        exitcode=exitcode,
-        stderr=stderr_path.read_text(),
-        live_children=[pid for pid in ready["pids"] if os.path.exists(f"/proc/{pid}")],
-        segments=shm_segments(proc.pid),
-    )
+    run = interrupt_script(_SIGINT_SCRIPT, tmp_path, env)
+    run.live_children = [pid for pid in run.ready["pids"] if os.path.exists(f"/proc/{pid}")]
+    run.segments = shm_segments(run.pid)
+    return run
 
 
 def test_ctrl_c_stops_the_run_as_interrupted(ctrl_c):

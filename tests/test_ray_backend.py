@@ -10,7 +10,6 @@ CPUs are all free again (no Ray actor of the run is left), and Ray is as the run
 from __future__ import annotations
 
 import functools
-import json
 import os
 import queue
 import signal
@@ -26,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import ray
+from interrupting import interrupt_script
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
@@ -612,54 +612,15 @@ def ray_ctrl_c(tmp_path_factory):
     """A one-actor run on a Ray the script starts itself, interrupted like a terminal's
     Ctrl-C (SIGINT to the whole process group) once weights were published."""
     tmp_path = tmp_path_factory.mktemp("ray_ctrl_c")
-    script = tmp_path / "run_manager.py"
-    script.write_text(_SIGINT_SCRIPT)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)
     # Its own Ray session root, so that it starts a Ray rather than join this module's
     # cluster (Ray joins a cluster it finds running on the machine).
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="r2d2ray", dir="/tmp")
-    stderr_path = tmp_path / "stderr.txt"
-    with open(stderr_path, "w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, str(script)],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            start_new_session=True,
-        )
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
-
-    def expect(prefix: str, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = lines.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if line.startswith(prefix):
-                return json.loads(line[len(prefix) :])
-        raise AssertionError(f"no {prefix!r} line; stderr:\n{stderr_path.read_text()[-3000:]}")
-
-    try:
-        ready = expect("READY ", 180)
-        os.killpg(proc.pid, signal.SIGINT)
-        start = time.monotonic()
-        result = expect("RESULT ", 60)
-        exitcode = proc.wait(60)
-        seconds = time.monotonic() - start
-        time.sleep(2)  # Ray's own processes end after the driver's ray.shutdown()
-        left = _session_processes(proc.pid)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return SimpleNamespace(
-        ready=ready, result=result, exitcode=exitcode, seconds=seconds, left=left
-    )
+    run = interrupt_script(_SIGINT_SCRIPT, tmp_path, env, ready_timeout=180)
+    time.sleep(2)  # Ray's own processes end after the driver's ray.shutdown()
+    run.left = _session_processes(run.pid)
+    return run
 
 
 def test_ray_ctrl_c_stops_the_run_as_interrupted_and_keeps_the_weights(ray_ctrl_c):

@@ -1,0 +1,86 @@
+"""A script run as a user runs it, then interrupted as a terminal's Ctrl-C does.
+
+`interrupt_script` writes the script, starts it in a session of its own, waits for its
+`READY <json>` line, sends SIGINT to its whole process group, and waits for its
+`RESULT <json>` line and its exit. A script that hangs or fails is killed with its group,
+and the assertion names what was missing with the script's stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+
+def interrupt_script(
+    text: str,
+    folder: pathlib.Path,
+    env: dict[str, str] | None = None,
+    ready_timeout: float = 120,
+) -> SimpleNamespace:
+    """Runs `text` as `folder/run_manager.py` and interrupts it once it printed READY.
+
+    Args:
+        text: The script's source.
+        folder: Where it is written and run (its working directory).
+        env: The script's environment (default: this process's).
+        ready_timeout: Seconds to wait for its READY line.
+
+    Returns:
+        `ready` and `result` (the JSON of its two lines), `exitcode`, `stderr`, `pid`
+        (also its process group and session id) and `seconds` from the SIGINT to its exit.
+    """
+    script = folder / "run_manager.py"
+    script.write_text(text)
+    stderr_path = folder / "stderr.txt"
+    with open(stderr_path, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, str(script)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+            cwd=folder,
+            start_new_session=True,
+        )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+
+    def expect(prefix: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if line.startswith(prefix):
+                return json.loads(line[len(prefix) :])
+        raise AssertionError(f"no {prefix!r} line; stderr:\n{stderr_path.read_text()[-3000:]}")
+
+    try:
+        ready = expect("READY ", ready_timeout)
+        os.killpg(proc.pid, signal.SIGINT)  # like a terminal's Ctrl-C: the whole group
+        start = time.monotonic()
+        result = expect("RESULT ", 60)
+        exitcode = proc.wait(60)
+        seconds = time.monotonic() - start
+    finally:
+        if proc.poll() is None:  # a failed run: end the whole session, children included
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return SimpleNamespace(
+        ready=ready,
+        result=result,
+        exitcode=exitcode,
+        stderr=stderr_path.read_text(),
+        pid=proc.pid,
+        seconds=seconds,
+    )
