@@ -28,13 +28,13 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from r2d2_agent import InputType, R2D2Config
+from r2d2_agent import R2D2Config
 from r2d2_agent.compat import tf
 from r2d2_agent.presets import cartpole_config
 from r2d2_agent.roles import R2D2Builder
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from replay_fill import fill_replay  # noqa: E402
+from replay_fill import atari_sized_config, fill_replay  # noqa: E402
 
 
 def bench_learner(config: R2D2Config, updates: int, repeats: int, dtype: type) -> dict:
@@ -130,18 +130,7 @@ def main() -> None:
         ],
     }
     if not args.skip_atari:
-        atari = R2D2Config(
-            input_shape=(84, 84),
-            nb_actions=18,
-            input_type=InputType.GRAY_2ch,
-            input_sequence=4,
-            batch_size=64,
-            burnin=40,
-            input_length=80,
-            multisteps=5,
-            memory_capacity=200,
-            seed=0,
-        )
+        atari = atari_sized_config()
         out["learner_atari"] = bench_learner(atari, args.atari_updates, 1, np.uint8)
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out))

@@ -52,30 +52,14 @@ import time
 import numpy as np
 
 from r2d2_agent.compat import keras, tf
-from r2d2_agent.config import InputType, R2D2Config
+from r2d2_agent.config import R2D2Config
 from r2d2_agent.math import importance_weights
 from r2d2_agent.presets import cartpole_config
 from r2d2_agent.roles import R2D2Builder
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from replay_fill import atari_sized_config as atari_config  # noqa: E402
 from replay_fill import fill_replay  # noqa: E402
-
-
-def atari_config() -> R2D2Config:
-    """The Atari-sized config of `bench_agent.py` (paper sizes, a tiny replay)."""
-    return R2D2Config(
-        input_shape=(84, 84),
-        nb_actions=18,
-        input_type=InputType.GRAY_2ch,
-        input_sequence=4,
-        batch_size=64,
-        burnin=40,
-        input_length=80,
-        multisteps=5,
-        memory_capacity=200,
-        seed=0,
-    )
-
 
 # The bare reference ---------------------------------------------------------------------
 

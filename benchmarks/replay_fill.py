@@ -1,4 +1,5 @@
-"""Fills a learner's replay with random, fully valid sequences (shared by the benchmarks).
+"""Fills a learner's replay with random, fully valid sequences; and the Atari-sized
+configuration the learner benchmarks measure (shared by the benchmarks).
 
 The sequences overlap as an actor's do: sequence `i` stacks frames `i * period ...` of
 one stream, so each record after the first brings only `period` new frames, and the
@@ -10,10 +11,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from r2d2_agent.config import R2D2Config
+from r2d2_agent.config import InputType, R2D2Config
 from r2d2_agent.replay import SequenceLayout, SequenceRecord
 
-__all__ = ["fill_replay"]
+__all__ = ["atari_sized_config", "fill_replay"]
+
+
+def atari_sized_config() -> R2D2Config:
+    """The paper's network and batch at Atari size (84x84 gray x 4 frames, DQN torso,
+    LSTM 512, 64 sequences of 40 burn-in + 80 trained + 5 look-ahead steps), with a tiny
+    replay: what `bench_agent.py` and `bench_learner.py` time an update of."""
+    return R2D2Config(
+        input_shape=(84, 84),
+        nb_actions=18,
+        input_type=InputType.GRAY_2ch,
+        input_sequence=4,
+        batch_size=64,
+        burnin=40,
+        input_length=80,
+        multisteps=5,
+        memory_capacity=200,
+        seed=0,
+    )
 
 
 def fill_replay(learner, config: R2D2Config, count: int, dtype: type, seed: int = 0) -> None:
