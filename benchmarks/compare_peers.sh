@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
 # Side-by-side runs of r2d2-agent and the peer baselines (shared/peers), in the peers'
-# protocol: two 1-thread queues at once on the 2-core machine, seeds 0 1 2.
+# protocol: two 1-thread queues at once on the 2-core machine, seeds $SEEDS (default 0 1 2).
 #   queue A: r2d2-agent on CartPole-v1, then on the masked CartPole
 #   queue B: SB3 DQN (rl-zoo tuned, 50k budget) on CartPole-v1, then sb3-contrib
 #            RecurrentPPO on the masked CartPole
-# Usage: bash benchmarks/compare_peers.sh [OUTDIR]   (needs ../shared/peers and the venv)
+# Usage: [SEEDS="0 1 2 3 4"] bash benchmarks/compare_peers.sh [OUTDIR]
+#        (needs ../shared/peers and the venv)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 peers=${PEERS_DIR:-$here/../../shared/peers}
 out=${1:-benchmarks/out/compare}
 venv=${PEERS_VENV:-$HOME/.peers-venv}
 PY=${PYTHON:-.venv/bin/python}
+seeds=${SEEDS:-0 1 2}
 mkdir -p "$out"
 [ -x "$venv/bin/python" ] || { python3 -m venv "$venv" && "$venv/bin/pip" install -q torch==2.13.0 gymnasium numpy stable-baselines3 sb3-contrib; }
 qa() {
-  $PY "$here/bench_learning.py" --env cartpole --seeds 0 1 2 --budget 60000 > "$out/r2d2_cartpole.jsonl" 2> "$out/r2d2_cartpole.err"
-  $PY "$here/bench_learning.py" --env masked --seeds 0 1 2 --budget 60000 > "$out/r2d2_masked.jsonl" 2> "$out/r2d2_masked.err"
+  $PY "$here/bench_learning.py" --env cartpole --seeds $seeds --budget 60000 > "$out/r2d2_cartpole.jsonl" 2> "$out/r2d2_cartpole.err"
+  $PY "$here/bench_learning.py" --env masked --seeds $seeds --budget 60000 > "$out/r2d2_masked.jsonl" 2> "$out/r2d2_masked.err"
 }
 qb() {
-  for s in 0 1 2; do MAX_ENV_STEPS=50000 timeout 960 "$venv/bin/python" "$peers/sb3_dqn.py" --seed $s > "$out/sb3_dqn_s$s.log" 2>&1; done
-  for s in 0 1 2; do timeout 960 "$venv/bin/python" "$peers/sb3_rppo.py" --seed $s > "$out/sb3_rppo_s$s.log" 2>&1; done
+  for s in $seeds; do MAX_ENV_STEPS=50000 timeout 960 "$venv/bin/python" "$peers/sb3_dqn.py" --seed $s > "$out/sb3_dqn_s$s.log" 2>&1; done
+  for s in $seeds; do timeout 960 "$venv/bin/python" "$peers/sb3_rppo.py" --seed $s > "$out/sb3_rppo_s$s.log" 2>&1; done
 }
 qa & qb & wait
 tail -n 1 "$out"/r2d2_*.jsonl
