@@ -20,6 +20,13 @@ import time
 from types import SimpleNamespace
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT at its default, so that Python installs its
+    `KeyboardInterrupt` handler even if the tests run with SIGINT ignored (as a background
+    job of a non-interactive shell, for one)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt_script(
     text: str,
     folder: pathlib.Path,
@@ -50,6 +57,7 @@ def interrupt_script(
             env=env,
             cwd=folder,
             start_new_session=True,
+            preexec_fn=_default_sigint,
         )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()

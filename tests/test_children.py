@@ -14,6 +14,15 @@ import pytest
 from r2d2_agent.distributed.mp.children import sigint_deferred
 
 
+@pytest.fixture(autouse=True)
+def python_sigint_handler():
+    """The handler a terminal user's Python has (`KeyboardInterrupt`), even if this test
+    process was started with SIGINT ignored (e.g. as a background job of a shell)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def test_a_ctrl_c_during_the_window_is_raised_when_it_ends():
     with pytest.raises(KeyboardInterrupt):
         with sigint_deferred():
