@@ -2,8 +2,9 @@
 
 `interrupt_script` writes the script, starts it in a session of its own, waits for its
 `READY <json>` line, sends SIGINT to its whole process group, and waits for its
-`RESULT <json>` line and its exit. A script that hangs or fails is killed with its group,
-and the assertion names what was missing with the script's stderr.
+`RESULT <json>` line and its exit. A script that hangs or fails is killed with its group
+(and the shared-memory segments its manager can then no longer unlink are removed), and
+the assertion names what was missing with the script's stderr.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ import sys
 import threading
 import time
 from types import SimpleNamespace
+
+
+def _unlink_segments_of(pid: int) -> None:
+    """Removes the weights segments (`/dev/shm/r2d2_<pid>_*`) of a killed manager."""
+    for path in pathlib.Path("/dev/shm").glob(f"r2d2_{pid}_*"):
+        path.unlink(missing_ok=True)
 
 
 def _default_sigint() -> None:
@@ -84,6 +91,7 @@ def interrupt_script(
         if proc.poll() is None:  # a failed run: end the whole session, children included
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            _unlink_segments_of(proc.pid)  # its manager can no longer unlink them
     return SimpleNamespace(
         ready=ready,
         result=result,

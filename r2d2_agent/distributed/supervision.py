@@ -1,23 +1,28 @@
-"""`RunBook`: what every backend's supervisor keeps for one `R2D2Manager.train` call.
+"""What every backend's supervisor shares for one `R2D2Manager.train` call.
 
-The limits and why the run stopped, stop requests, the episodes' returns per actor, actor
-restarts and summaries, and the `Progress` and `TrainResult` built from a backend's
-counters. The backends differ in how they start, watch and stop processes, not in this.
+`RunBook`: the limits and why the run stopped, stop requests, the episodes' returns per
+actor, actor restarts and summaries, and the `Progress` and `TrainResult` built from a
+backend's counters. `BackendSupervisor`: the run loop around a backend (start, poll and
+report until a limit, Ctrl-C, always close) and the interface the manager uses. The
+backends differ in how they start, watch and stop processes, not in this.
 """
 
 from __future__ import annotations
 
+import abc
 import collections
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from r2d2_agent.distributed.reports import Progress, TrainResult
+from r2d2_agent.checkpoints import TrainingState
+from r2d2_agent.distributed.reports import Progress, ProgressBar, TrainResult
 from r2d2_agent.distributed.spec import RunSpec, TrainLimits
 
-__all__ = ["RunBook"]
+__all__ = ["BackendSupervisor", "RunBook"]
 
 logger = logging.getLogger(__name__)
 
@@ -165,3 +170,102 @@ class RunBook:
             stop_detail=self.stop_detail,
             resumed_from=resumed_from,
         )
+
+
+class BackendSupervisor(abc.ABC):
+    """One training session of `spec` on a backend (see `R2D2Manager.train`).
+
+    A backend implements `_start`, `_poll`, `_counts`, `snapshot`, `read_weights` and
+    `close`; the loop, the stop requests and the result are the same for all.
+
+    Args:
+        spec: The run.
+        limits: When to stop.
+        initial_weights: Online weights the learner starts from (None: fresh ones).
+        on_progress: Called in the parent about ten times a second with a `Progress`.
+        resume: A checkpoint's state to continue from: the counters start from its
+            counts (per actor, see `TrainingCounters.env_steps_per_actor`) and the
+            learner gets it in its `LearnerStart`.
+    """
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        limits: TrainLimits,
+        *,
+        initial_weights: list[np.ndarray] | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        resume: TrainingState | None = None,
+    ) -> None:
+        self.spec = spec
+        self.limits = limits
+        self.on_progress = on_progress
+        self.resume = resume
+        self.book = RunBook(spec, limits)
+        self._initial_weights = initial_weights
+        self.final_weights: list[np.ndarray] | None = None
+        """The learner's latest weights, kept by `close`."""
+        self.version = 0
+        """The version of the latest weights read."""
+        self.stopping = False
+        """Whether `close` began."""
+
+    def run(self) -> TrainResult:
+        """Runs to the first limit; always cleans up; returns a `TrainResult`."""
+        bar = ProgressBar(self.limits.nb_steps, self.spec.options.progress)
+        try:
+            self._start()
+            while not self._limit_reached():
+                self._poll()
+                progress = self.snapshot()
+                bar.update(progress)
+                if self.on_progress is not None:
+                    self.on_progress(progress)
+        except KeyboardInterrupt:
+            self.book.reason = "interrupted"
+            logger.warning("interrupted: stopping the actors and the learner")
+        finally:
+            bar.close()
+            self.close()
+        counts = self._counts()
+        return self.book.result(
+            env_steps=sum(counts["actor_env_steps"]),
+            weights_version=self.version,
+            resumed_from=None if self.resume is None else self.resume.path,
+            **counts,
+        )
+
+    def request_stop(self, reason: str = "requested", detail: str = "") -> None:
+        """Asks the run to stop at its next poll (see `RunBook.request_stop`)."""
+        self.book.request_stop(reason, detail)
+
+    def _limit_reached(self) -> bool:
+        counts = self._counts()
+        return self.book.limit_reached(sum(counts["actor_env_steps"]), counts["learner_updates"])
+
+    @abc.abstractmethod
+    def _start(self) -> None:
+        """Starts the learner and the actors (may poll while it waits for the learner)."""
+
+    @abc.abstractmethod
+    def _poll(self) -> None:
+        """Waits up to one poll (0.1 s) for events, then handles them (raising
+        `R2D2ProcessError` for a failure that ends the run)."""
+
+    @abc.abstractmethod
+    def _counts(self) -> dict[str, Any]:
+        """The run's counters as `TrainResult` fields: `actor_env_steps` (a list),
+        `learner_updates`, `sequences_received`, `episodes`."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> Progress:
+        """The current `Progress`."""
+
+    @abc.abstractmethod
+    def read_weights(self) -> list[np.ndarray] | None:
+        """A copy of the latest published weights (None before the first)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stops every process of the run and releases its resources (idempotent); keeps
+        the final weights in `final_weights`."""

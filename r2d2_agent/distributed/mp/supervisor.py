@@ -40,9 +40,9 @@ from r2d2_agent.distributed.mp.children import ChildProcess, child_error, spawn_
 from r2d2_agent.distributed.mp.entrypoints import actor_main, learner_main
 from r2d2_agent.distributed.mp.shared_state import RunCounters, SharedFlag
 from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
-from r2d2_agent.distributed.reports import Progress, ProgressBar, TrainResult
+from r2d2_agent.distributed.reports import Progress
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec, TrainLimits
-from r2d2_agent.distributed.supervision import RunBook
+from r2d2_agent.distributed.supervision import BackendSupervisor
 
 __all__ = ["Supervisor"]
 
@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 _POLL_S = 0.1
 
 
-class Supervisor:
+class Supervisor(BackendSupervisor):
     """Runs one training session of `spec` on multiprocessing (see `R2D2Manager.train`).
 
     Args:
@@ -75,16 +75,13 @@ class Supervisor:
         ctx: BaseContext | None = None,
         resume: TrainingState | None = None,
     ) -> None:
-        self.spec = spec
-        self.limits = limits
-        self.on_progress = on_progress
+        super().__init__(
+            spec, limits, initial_weights=initial_weights, on_progress=on_progress, resume=resume
+        )
         self.ctx = ctx or multiprocessing.get_context("spawn")
-        self.book = RunBook(spec, limits)
-        self._initial_weights = initial_weights
         n = spec.nb_actors
         self.stop = SharedFlag(self.ctx)
         self.counters = RunCounters(self.ctx, n)
-        self.resume = resume
         if resume is not None:  # before any child starts: the parent is the only writer
             c = resume.counters
             for i, (steps, episodes) in enumerate(
@@ -98,42 +95,27 @@ class Supervisor:
         self.weights_spec: WeightsSpec | None = None
         self.segment: SharedWeights | None = None
         self.control: Connection | None = None
-        self.final_weights: list[np.ndarray] | None = None
-        self.version = 0
-        self.stopping = False
 
     # Public --------------------------------------------------------------------------
 
-    def run(self) -> TrainResult:
-        """Runs to the first limit; always cleans up; returns a `TrainResult`."""
-        bar = ProgressBar(self.limits.nb_steps, self.spec.options.progress)
-        try:
-            self._start_learner()
-            while self.weights_spec is None and not self._limit_reached():
-                self._pump()
-            if self.weights_spec is not None:
-                self.segment = SharedWeights.create(self.weights_spec, name_prefix="r2d2")
-                self._send_control(WeightsSegment(self.segment.handle))
-                for i in range(self.spec.nb_actors):
-                    self._start_actor(i)
-            while not self._limit_reached():
-                self._pump()
-                self._report(bar)
-        except KeyboardInterrupt:
-            self.book.reason = "interrupted"
-            logger.warning("interrupted: stopping the actors and the learner")
-        finally:
-            bar.close()
-            self.close()
-        return self.book.result(
-            env_steps=self.counters.total_steps(),
-            learner_updates=self.counters.learner_value("updates"),
-            sequences_received=self.counters.learner_value("sequences"),
-            weights_version=self.version,
-            actor_env_steps=self.counters.all_actor_steps(),
-            episodes=sum(self.counters.all_actor_episodes()),
-            resumed_from=None if self.resume is None else self.resume.path,
-        )
+    def _start(self) -> None:
+        self._start_learner()
+        while self.weights_spec is None and not self._limit_reached():
+            self._poll()
+        if self.weights_spec is not None:
+            self.segment = SharedWeights.create(self.weights_spec, name_prefix="r2d2")
+            self._send_control(WeightsSegment(self.segment.handle))
+            for i in range(self.spec.nb_actors):
+                self._start_actor(i)
+
+    def _counts(self) -> dict[str, Any]:
+        counters = self.counters
+        return {
+            "actor_env_steps": counters.all_actor_steps(),
+            "learner_updates": counters.learner_value("updates"),
+            "sequences_received": counters.learner_value("sequences"),
+            "episodes": sum(counters.all_actor_episodes()),
+        }
 
     def read_weights(self) -> list[np.ndarray] | None:
         """A consistent copy of the latest published weights (None before the first)."""
@@ -149,16 +131,6 @@ class Supervisor:
         self.version = version
         return arrays
 
-    def request_stop(self, reason: str = "requested", detail: str = "") -> None:
-        """Asks the run to stop at its next poll.
-
-        Args:
-            reason: The stop reason: "requested" (`R2D2Manager.request_stop`) or
-                "callback" (`R2D2Callback.request_stop`).
-            detail: Who asked and why (`TrainResult.stop_detail`).
-        """
-        self.book.request_stop(reason, detail)
-
     def close(self) -> None:
         """Stops every child and releases every resource (idempotent)."""
         if self.stopping:
@@ -170,7 +142,7 @@ class Supervisor:
         try:
             deadline = time.monotonic() + self.spec.options.shutdown_timeout
             while any(not c.exited for c in children) and time.monotonic() < deadline:
-                self._pump()
+                self._poll()
         except KeyboardInterrupt as exc:  # a second Ctrl-C: no more patience
             interrupted = exc
         finally:
@@ -263,12 +235,12 @@ class Supervisor:
     def _send_control(self, message: WeightsSegment | ConnectActor) -> None:
         try:
             self.control.send(message)
-        except OSError:  # the learner is gone; the next _pump reports why
+        except OSError:  # the learner is gone; the next _poll reports why
             logger.debug("control pipe closed while sending %s", type(message).__name__)
 
     # Watching ------------------------------------------------------------------------
 
-    def _pump(self) -> None:
+    def _poll(self) -> None:
         """Waits up to one poll for events or deaths, then handles them."""
         live = [c for c in [self.learner, *self.actors] if c is not None and not c.exited]
         handles = [c.events for c in live if not c.events.closed]
@@ -315,7 +287,9 @@ class Supervisor:
     def _on_exit(self, child: ChildProcess) -> None:
         code = child.process.exitcode
         if child.role == "learner":
-            if code == 0 and (self.book.trains_done(self._updates()) or self.stopping):
+            if code == 0 and (
+                self.book.trains_done(self.counters.learner_value("updates")) or self.stopping
+            ):
                 return
             if self.stopping and code != 0 and child.error is None:
                 return  # terminated by the shutdown itself
@@ -334,12 +308,6 @@ class Supervisor:
 
     # Limits and progress ---------------------------------------------------------------
 
-    def _updates(self) -> int:
-        return self.counters.learner_value("updates")
-
-    def _limit_reached(self) -> bool:
-        return self.book.limit_reached(self.counters.total_steps(), self._updates())
-
     def snapshot(self) -> Progress:
         """The current `Progress`."""
         counters = self.counters
@@ -354,9 +322,3 @@ class Supervisor:
             actor_pids=tuple(None if a is None or a.exited else a.process.pid for a in self.actors),
             learner_pid=self.learner.process.pid if self.learner else None,
         )
-
-    def _report(self, bar: ProgressBar) -> None:
-        progress = self.snapshot()
-        bar.update(progress)
-        if self.on_progress is not None:
-            self.on_progress(progress)

@@ -41,9 +41,9 @@ from r2d2_agent.distributed.ray_backend.workers import (
     LearnerWorker,
     WorkerPlace,
 )
-from r2d2_agent.distributed.reports import Progress, ProgressBar, TrainResult
+from r2d2_agent.distributed.reports import Progress
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec, TrainLimits
-from r2d2_agent.distributed.supervision import RunBook
+from r2d2_agent.distributed.supervision import BackendSupervisor
 
 __all__ = ["RaySupervisor"]
 
@@ -90,7 +90,7 @@ def _remote_error(worker: _Worker, what: str, exc: BaseException) -> R2D2Process
     return R2D2ProcessError(message, worker.role, worker.index, None, None)
 
 
-class RaySupervisor:
+class RaySupervisor(BackendSupervisor):
     """Runs one training session of `spec` on Ray (see `R2D2Manager.train`).
 
     Args:
@@ -116,14 +116,11 @@ class RaySupervisor:
         address: str | None = None,
         options: RayOptions | None = None,
     ) -> None:
-        self.spec = spec
-        self.limits = limits
-        self.on_progress = on_progress
-        self.resume = resume
+        super().__init__(
+            spec, limits, initial_weights=initial_weights, on_progress=on_progress, resume=resume
+        )
         self.address = address
         self.options = options or RayOptions()
-        self.book = RunBook(spec, limits)
-        self._initial_weights = initial_weights
         n = spec.nb_actors
         if resume is not None:
             counters = resume.counters
@@ -141,46 +138,30 @@ class RaySupervisor:
         self._actors: list[_Worker | None] = [None] * n
         self._snapshot: BoardSnapshot | None = None
         self._outcome: LearnerOutcome | None = None
-        self.final_weights: list[np.ndarray] | None = None
-        self.version = 0
-        self.stopping = False
 
     # Public ----------------------------------------------------------------------------
 
-    def run(self) -> TrainResult:
-        """Runs to the first limit; always cleans up; returns a `TrainResult`."""
-        bar = ProgressBar(self.limits.nb_steps, self.spec.options.progress)
-        try:
-            self._connect()
-            self._check_resources()
-            self._start_board()
-            self._start_learner()
-            for i in range(self.spec.nb_actors):
-                self._start_actor(i)
-            while not self._limit_reached():
-                self._poll()
-                self._report(bar)
-        except KeyboardInterrupt:
-            self.book.reason = "interrupted"
-            logger.warning("interrupted: stopping the Ray actors")
-        finally:
-            bar.close()
-            self.close()
+    def _start(self) -> None:
+        self._connect()
+        self._check_resources()
+        self._start_board()
+        self._start_learner()
+        for i in range(self.spec.nb_actors):
+            self._start_actor(i)
+
+    def _counts(self) -> dict[str, Any]:
         snap = self._snapshot
-        updates, sequences = self._start_counts[2:]
-        if snap is not None:
+        if snap is None:
+            steps, episodes, updates, sequences = self._start_counts
+        else:
+            steps, episodes = snap.actor_steps, snap.actor_episodes
             updates, sequences = snap.learner.updates, snap.learner.sequences
-        actor_steps = list(snap.actor_steps) if snap else list(self._start_counts[0])
-        episodes = sum(snap.actor_episodes) if snap else sum(self._start_counts[1])
-        return self.book.result(
-            env_steps=sum(actor_steps),
-            learner_updates=updates,
-            sequences_received=sequences,
-            weights_version=self.version,
-            actor_env_steps=actor_steps,
-            episodes=episodes,
-            resumed_from=None if self.resume is None else self.resume.path,
-        )
+        return {
+            "actor_env_steps": list(steps),
+            "learner_updates": updates,
+            "sequences_received": sequences,
+            "episodes": sum(episodes),
+        }
 
     def read_weights(self) -> list[np.ndarray] | None:
         """A copy of the latest published weights (None before the first)."""
@@ -196,10 +177,6 @@ class RaySupervisor:
             return None
         self.version = published.version
         return [np.array(a) for a in arrays]
-
-    def request_stop(self, reason: str = "requested", detail: str = "") -> None:
-        """Asks the run to stop at its next poll (see `RunBook.request_stop`)."""
-        self.book.request_stop(reason, detail)
 
     def close(self) -> None:
         """Stops every Ray actor of the run and releases Ray if this run started it
@@ -475,12 +452,6 @@ class RaySupervisor:
 
     # Limits and progress ---------------------------------------------------------------
 
-    def _limit_reached(self) -> bool:
-        snap = self._snapshot
-        if snap is None:
-            return self.book.limit_reached(0, 0)
-        return self.book.limit_reached(sum(snap.actor_steps), snap.learner.updates)
-
     def snapshot(self) -> Progress:
         """The current `Progress`."""
         snap = self._snapshot
@@ -498,12 +469,6 @@ class RaySupervisor:
             ),
             learner_pid=self._learner.place.pid if self._learner and self._learner.place else None,
         )
-
-    def _report(self, bar: ProgressBar) -> None:
-        progress = self.snapshot()
-        bar.update(progress)
-        if self.on_progress is not None:
-            self.on_progress(progress)
 
 
 def _local_cluster_address() -> str | None:
