@@ -14,10 +14,10 @@ from r2d2_agent.testing import make_masked_cartpole, train_until_solved
 
 pytestmark = pytest.mark.slow
 
-# With the presets both tests' seeds solve at 10,000 env steps (2,500-step evaluations,
-# TensorFlow's default threads); the budgets leave 2.5x room.
+# With the presets (2,500-step evaluations, TensorFlow's default threads) CartPole seed 2
+# solves at 7,500 env steps and the masked seed 0 at 15,000; the budgets leave room.
 CARTPOLE_BUDGET = 25_000
-MASKED_BUDGET = 25_000
+MASKED_BUDGET = 30_000
 
 
 def _train(config, make_env, budget, stop_when_solved=True):
