@@ -3,7 +3,8 @@
 Each variant is a name and a list of preset overrides; each (variant, seed) runs as its
 own `bench_learning.py` process (TensorFlow with 1 thread), `--jobs` at a time. Results
 go to a JSONL file, one line per run, and runs already in that file are skipped, so a
-second call adds variants without rerunning the first. At the end it prints one JSON
+second call adds variants without rerunning the first. Runs are keyed by their overrides
+only: after a preset changes, start a new `--out` file. At the end it prints one JSON
 line per variant (solved, median and mean env steps, median wall seconds) and, with
 `--markdown`, the table for `benchmarks/RESULTS.md`.
 
