@@ -1,6 +1,6 @@
 """R2D2 on an Atari game with an R2D2Manager (needs `pip install -e ".[atari]"`).
 
-    python examples/atari.py --env ALE/Breakout-v5 --actors 1 --max-seconds 3600
+    python examples/atari.py --env ALE/RoadRunner-v5 --life-loss --max-seconds 4800
     python examples/atari.py --env ALE/Pong-v5 --paper --actors 8        # the paper's settings
     python examples/atari.py --resume runs/<run>/checkpoints --nb-steps 400000
 
@@ -45,7 +45,7 @@ CPU_SIZED = dict(
     lstm_units=256,
     dense_units=256,
     learning_rate=2.5e-4,
-    target_update_interval=1_000,
+    target_update_interval=250,  # 8,000 env steps, near DQN's 10,000
     memory_warmup=200,
     epsilon_start=1.0,
     epsilon_anneal_steps=50_000,
@@ -87,7 +87,7 @@ def replay_capacity(config: R2D2Config, requested: int | None = None) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="ALE/Breakout-v5", help="any ALE game id")
+    parser.add_argument("--env", default="ALE/RoadRunner-v5", help="any ALE game id")
     parser.add_argument("--actors", type=int, default=1, help="actor processes")
     parser.add_argument("--nb-steps", type=int, default=2_000_000, help="env steps in all")
     parser.add_argument("--max-seconds", type=float, default=None, help="wall-time limit")
@@ -100,6 +100,9 @@ def main() -> None:
     parser.add_argument("--run-dir", help="run directory (default: runs/<run name>)")
     parser.add_argument("--resume", help="checkpoint file or directory to continue from")
     parser.add_argument("--eval-episodes", type=int, default=3)
+    parser.add_argument(
+        "--keep-checkpoints", type=int, default=3, help="checkpoints kept (one per 1,000 updates)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
@@ -129,7 +132,7 @@ def main() -> None:
     checkpoints = f"{run_dir}/checkpoints"
     callbacks = [
         RunLogCallback(run_dir, plot=True),
-        CheckpointCallback(checkpoints, interval=1_000, keep=3),
+        CheckpointCallback(checkpoints, interval=1_000, keep=args.keep_checkpoints),
     ]
     print(f"run directory: {run_dir}", flush=True)
 

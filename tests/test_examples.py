@@ -44,6 +44,8 @@ def test_the_atari_example_runs_on_a_real_rom(tmp_path):
         "32",
         "--eval-episodes",
         "1",
+        "--keep-checkpoints",
+        "1",
         "--run-dir",
         "run",
         cwd=tmp_path,
