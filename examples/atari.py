@@ -52,6 +52,7 @@ CPU_SIZED = dict(
     epsilon=0.05,
     actor_sync_interval=200,
 )
+CHECKPOINT_INTERVAL = 1_000  # learner updates between checkpoints
 
 
 def make_atari(env_id: str, terminal_on_life_loss: bool = False) -> gym.Env:
@@ -101,7 +102,10 @@ def main() -> None:
     parser.add_argument("--resume", help="checkpoint file or directory to continue from")
     parser.add_argument("--eval-episodes", type=int, default=3)
     parser.add_argument(
-        "--keep-checkpoints", type=int, default=3, help="checkpoints kept (one per 1,000 updates)"
+        "--keep-checkpoints",
+        type=int,
+        default=3,
+        help=f"checkpoints kept (one per {CHECKPOINT_INTERVAL:,} updates)",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -132,7 +136,7 @@ def main() -> None:
     checkpoints = f"{run_dir}/checkpoints"
     callbacks = [
         RunLogCallback(run_dir, plot=True),
-        CheckpointCallback(checkpoints, interval=1_000, keep=args.keep_checkpoints),
+        CheckpointCallback(checkpoints, interval=CHECKPOINT_INTERVAL, keep=args.keep_checkpoints),
     ]
     print(f"run directory: {run_dir}", flush=True)
 
