@@ -111,6 +111,17 @@ def test_step_before_warmup_raises_runtime_error(learner_config):
         learner.step()
 
 
+def test_trace_builds_the_graph_the_first_step_runs_without_changing_anything(learner_config):
+    learner = make_learner(learner_config(lstm_units=0))
+    weights = learner.get_weights()
+    learner.trace()  # before any data
+    traces = learner._train.experimental_get_tracing_count()
+    assert traces >= 1 and learner.updates == 0 and weights_equal(learner.get_weights(), weights)
+    fill(learner, learner.config, 8)
+    learner.step()
+    assert learner._train.experimental_get_tracing_count() == traces
+
+
 def test_target_is_copied_only_every_target_update_interval_updates(learner_config):
     learner = make_learner(learner_config(lstm_units=0, target_update_interval=3))
     fill(learner, learner.config, 8)

@@ -106,6 +106,9 @@ class FakeLearner:
         self.updates += 1
         return {"loss": 1.0 / self.updates}
 
+    def trace(self) -> None:
+        self.traced_at = (self.updates, len(getattr(self, "publishes", ())))
+
     def get_weights(self) -> list:
         return [np.full(2, self.updates, np.float32)]
 
@@ -278,10 +281,16 @@ def learner_run():
         callbacks=[hooks],
         receive_timeout=0.0,
     )
+    learner.publishes = publisher.published  # what `trace` sees
     runner.run(lambda: False)
     return SimpleNamespace(
         runner=runner, learner=learner, published=publisher.published, hook_calls=hooks.calls
     )
+
+
+def test_learner_runner_traces_the_update_after_the_first_publish_before_any_update(learner_run):
+    assert learner_run.learner.traced_at == (0, 1)  # (updates, weights published) then
+    assert learner_run.runner.time.seconds["tracing"] > 0
 
 
 def test_learner_runner_stops_at_nb_trains(learner_run):

@@ -37,7 +37,7 @@ class FixedPolicy:
         self.nb_actions = nb_actions
         self.units = units
 
-    def step(self, obs, state):
+    def step(self, obs, state, prev_action=None, prev_reward=None):
         q = np.linspace(-1, 1, self.nb_actions)[None] * float(obs[0, -1, 0, 0] % 7)
         return q, np.zeros((1, 2, self.units), np.float32)
 
@@ -362,3 +362,16 @@ def test_compressed_store_gives_back_the_frames_it_was_given():
 def test_an_unknown_compression_is_refused_naming_it():
     with pytest.raises(ValueError, match="frame_compression"):
         image_config(frame_compression="lz5")
+
+
+@pytest.mark.parametrize("prev_action_reward", [False, True], ids=["plain", "prev_action_reward"])
+def test_batch_spec_is_what_sample_returns(prev_action_reward):
+    config = image_config(enable_prev_action_reward=prev_action_reward)
+    replay = R2D2Builder(config).make_replay()
+    Stream(config, replay, 0).play(EPISODES, truncate=False)
+    _, batch, _ = replay.sample(5)
+    got = {name: (array.shape, array.dtype) for name, array in batch.items()}
+    want = {
+        name: ((5, *shape), np.dtype(dtype)) for name, (shape, dtype) in replay.batch_spec().items()
+    }
+    assert got == want

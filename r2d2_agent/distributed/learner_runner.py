@@ -138,7 +138,8 @@ class LearnerRunner:
         self.time = TimeSplit()
         """Where `run`'s wall time went: "learning" (updates), "replay_add", "receiving"
         (draining what is there), "waiting" (for experience, when it could not train),
-        "publishing"; the rest "other" (hooks, progress reports)."""
+        "publishing", "tracing" (building the update graph once, at the start); the rest
+        "other" (hooks, progress reports)."""
 
     def _can_train(self) -> bool:
         if not self.learner.ready:
@@ -162,11 +163,14 @@ class LearnerRunner:
         """Trains until `should_stop()` or `nb_trains` updates.
 
         Weights are published before the first update and, when the loop ends normally
-        (not when it raises), after the last one, before the end hook.
+        (not when it raises), after the last one, before the end hook. The update's graph
+        is built right after the first publish, while the actors start.
         """
         call_hooks(self.callbacks, "on_r2d2_learner_begin", self.learner)
         self.time.start()
         self.publish()
+        with self.time.measure("tracing"):
+            self.learner.trace()
         while not should_stop() and (self.nb_trains is None or self.updates < self.nb_trains):
             self._iteration()
         if self.updates % self.publish_interval:

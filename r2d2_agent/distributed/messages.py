@@ -104,7 +104,7 @@ class LearnerSummary:
         updates: Learner updates (a resumed learner's count goes on).
         sequences: Sequences received.
         seconds: Where its loop's wall time went (`LearnerRunner.time`): "learning",
-            "replay_add", "receiving", "waiting", "publishing", "other", "total".
+            "replay_add", "receiving", "waiting", "publishing", "tracing", "other", "total".
     """
 
     pid: int

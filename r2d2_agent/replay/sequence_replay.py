@@ -36,7 +36,7 @@ import numpy as np
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.replay.frame_store import CompressedFrameStore, RawFrameStore
 from r2d2_agent.replay.layout import SequenceLayout
-from r2d2_agent.replay.prioritized import PrioritizedSequenceReplay
+from r2d2_agent.replay.prioritized import FieldSpec, PrioritizedSequenceReplay
 from r2d2_agent.replay.state_io import (
     ReplayStateDict,
     expect_array,
@@ -295,6 +295,15 @@ class SequenceReplay:
         del batch["oldest_frame"]
         batch["frames"] = self._frames.gather(numbers)
         return keys, batch, probabilities
+
+    def batch_spec(self) -> FieldSpec:
+        """Field name -> `(shape, dtype)` of one row of the batch `sample` returns (the
+        batch's arrays add a leading batch dimension): what the learner's update graph is
+        traced for before any sequence arrives."""
+        layout = self.layout
+        spec = {name: v for name, v in layout.field_spec().items() if name != "frame_ids"}
+        spec["frames"] = ((layout.frames_per_sequence, *layout.frame_shape), layout.frame_dtype)
+        return spec
 
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
         """See `PrioritizedSequenceReplay.update_priorities` (stale keys are skipped)."""
