@@ -12,18 +12,25 @@ Sections (one JSON object is printed at the end):
   (``pull_if_newer`` + ``policy.set_weights``) for the numpy and the Keras policy; plus
   ``bench_weights.bench_set`` on the same shapes (shared memory vs a pickled mp.Queue).
 * ``overlap``: acting beside learning at the same ratio (the CartPole preset's 4 env steps
-  per update): env steps/s of the manager with 1 actor and the default rate limit over
-  the steady part of a ``--seconds`` run, against the single-process agent's `fit` over
-  the same number of env steps after its warm-up; the ratio, and where each process spent
-  its time (`TrainResult.learner_info` / `actor_info` "seconds").
+  per update, or each of ``--train-intervals``): env steps/s of the manager with 1 actor
+  and the default rate limit over the steady part of a ``--seconds`` run, against the
+  single-process agent's `fit` over the same number of env steps after its warm-up; the
+  ratio, and where each process spent its time (`TrainResult.learner_info` /
+  `actor_info` "seconds").
 * ``solve``: env steps and wall seconds to solve CartPole-v1 with the protocol of
   tests/test_learning.py (10 greedy episodes every 2,500 env steps, solved at the first
-  mean >= 475) with the manager (2 actors; evaluations run in the parent while the
-  children keep going) and with the single-process `R2D2Agent`.
+  mean >= 475), for each seed of ``--seeds`` (and each of ``--train-intervals``): the
+  manager (``--solve-actors``, default 2; evaluations run in the parent while the
+  children keep going), then the single-process `R2D2Agent`. Each run's line also goes to
+  stderr as it ends. ``total_s`` counts from the construction of the manager or agent;
+  TensorFlow is imported in this process before, but the manager's learner imports it
+  in its own process, inside its ``total_s``.
 
 Usage::
 
     python benchmarks/bench_manager.py [--seconds 20] [--sections throughput weights solve]
+    python benchmarks/bench_manager.py --sections overlap --train-intervals 4 8 16 32
+    python benchmarks/bench_manager.py --sections solve --seeds 0 1 2 3 4 --solve-actors 1
 """
 
 from __future__ import annotations
@@ -48,13 +55,19 @@ CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
 
 def run_throughput(
-    actors: int, numpy_policy: bool, seconds: float, rate_limit: bool, **manager_kwargs
+    actors: int,
+    numpy_policy: bool,
+    seconds: float,
+    rate_limit: bool,
+    train_interval: int | None = None,
+    **manager_kwargs,
 ) -> dict:
     """One free-running (or rate-limited) run; rates over its steady part.
 
+    `train_interval` overrides the preset's env steps per update (the rate limit's ratio);
     `manager_kwargs` go to `R2D2Manager` (e.g. `backend="ray"`).
     """
-    config = cartpole_config(seed=0)
+    config = _config(0, train_interval)
     manager = R2D2Manager(
         CARTPOLE,
         config,
@@ -94,6 +107,12 @@ def run_throughput(
         "learner_seconds": result.learner_info.get("seconds"),
         "actor_seconds": [i.get("seconds") for i in result.actor_info],
     }
+
+
+def _config(seed: int, train_interval: int | None):
+    """The CartPole preset, with another ratio of env steps per update if given."""
+    overrides = {} if train_interval is None else {"train_interval": train_interval}
+    return cartpole_config(seed=seed, **overrides)
 
 
 def _median_ms(fn, repeats: int) -> float:
@@ -156,12 +175,23 @@ def run_weights(repeats: int) -> dict:
     return out
 
 
-def run_solve_manager(seed: int, budget: int, actors: int) -> dict:
-    """Time to solve with the manager; evaluations in the parent, numpy policy."""
-    manager = R2D2Manager(CARTPOLE, cartpole_config(seed=seed), actor_num=actors, progress=False)
+def run_solve_manager(
+    seed: int, budget: int, actors: int, train_interval: int | None = None
+) -> dict:
+    """Time to solve with the manager; evaluations in the parent, numpy policy.
+
+    `total_s` counts from the manager's construction (the children's start and TensorFlow
+    import included); `startup_s` is the time to the first learner update.
+    """
+    start = time.perf_counter()
+    config = _config(seed, train_interval)
+    manager = R2D2Manager(CARTPOLE, config, actor_num=actors, progress=False)
     eval_env, evals, solved, next_eval = gym.make("CartPole-v1"), [], {}, [2_500]
+    startup: list[float] = []
 
     def on_progress(p):
+        if not startup and p.learner_updates >= 1:
+            startup.append(time.perf_counter() - start)
         if p.env_steps >= next_eval[0]:
             next_eval[0] += 2_500
             mean = float(np.mean(manager.evaluate(10, env=eval_env, seed=None if evals else 1_000)))
@@ -171,6 +201,7 @@ def run_solve_manager(seed: int, budget: int, actors: int) -> dict:
                     env_steps=p.env_steps,
                     updates=p.learner_updates,
                     wall_s=round(p.elapsed_seconds, 1),
+                    total_s=round(time.perf_counter() - start, 1),
                 )
                 manager.request_stop()
 
@@ -182,17 +213,25 @@ def run_solve_manager(seed: int, budget: int, actors: int) -> dict:
         "env_steps": solved.get("env_steps", result.env_steps),
         "learner_updates": solved.get("updates", result.learner_updates),
         "wall_s": solved.get("wall_s", round(result.elapsed_seconds, 1)),
+        "total_s": solved.get("total_s", round(time.perf_counter() - start, 1)),
+        "startup_s": round(startup[0], 1) if startup else None,
         "evals": evals,
     }
 
 
-def run_solve_agent(seed: int, budget: int) -> dict:
-    """Time to solve with the single-process agent (tests/test_learning.py protocol)."""
+def run_solve_agent(seed: int, budget: int, train_interval: int | None = None) -> dict:
+    """Time to solve with the single-process agent (tests/test_learning.py protocol).
+
+    `wall_s` counts from the first env step, `total_s` from the agent's construction
+    (`startup_s`: construction and compile; TensorFlow is imported before either).
+    """
     from r2d2_agent import R2D2Agent
     from r2d2_agent.testing import train_until_solved
 
-    agent = R2D2Agent(cartpole_config(seed=seed))
+    start = time.perf_counter()
+    agent = R2D2Agent(_config(seed, train_interval))
     agent.compile()
+    startup = time.perf_counter() - start
     result = train_until_solved(agent, CARTPOLE, budget)
     return {
         "mode": "agent",
@@ -201,15 +240,17 @@ def run_solve_agent(seed: int, budget: int) -> dict:
         "env_steps": result["solved_at"] or result["env_steps"],
         "learner_updates": int(agent.learner.updates),
         "wall_s": round(result["solved_wall_s"] or result["wall_s"], 1),
+        "total_s": round(startup + (result["solved_wall_s"] or result["wall_s"]), 1),
+        "startup_s": round(startup, 1),
         "evals": [(s, round(m, 1)) for s, m in result["evals"]],
     }
 
 
-def run_agent_speed(steps: int) -> dict:
+def run_agent_speed(steps: int, train_interval: int | None = None) -> dict:
     """The single-process agent's env steps/s at the CartPole preset, after warm-up."""
     from r2d2_agent import R2D2Agent
 
-    config = cartpole_config(seed=0)
+    config = _config(0, train_interval)
     agent = R2D2Agent(config)
     agent.compile()
     env = CARTPOLE()
@@ -228,12 +269,13 @@ def run_agent_speed(steps: int) -> dict:
     }
 
 
-def run_overlap(seconds: float) -> dict:
+def run_overlap(seconds: float, train_interval: int | None = None) -> dict:
     """Manager (1 actor, rate-limited at the agent's ratio) vs the agent, same preset."""
-    manager = run_throughput(1, True, seconds, True)
+    manager = run_throughput(1, True, seconds, True, train_interval)
     steps = int(manager["env_steps_per_s_total"] * manager["measured_s"])
-    agent = run_agent_speed(max(steps, 2_000))
+    agent = run_agent_speed(max(steps, 2_000), train_interval)
     return {
+        "train_interval": train_interval or cartpole_config().train_interval,
         "manager": manager,
         "agent": agent,
         "speedup": round(manager["env_steps_per_s_total"] / agent["env_steps_per_s"], 2),
@@ -245,8 +287,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="per throughput run")
     parser.add_argument("--repeats", type=int, default=50, help="per latency measure")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the solve runs")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="of the solve runs")
     parser.add_argument("--budget", type=int, default=40_000, help="env steps per solve run")
+    parser.add_argument(
+        "--solve-actors", type=int, default=2, help="actor processes of the manager's solve runs"
+    )
+    parser.add_argument(
+        "--train-intervals",
+        type=int,
+        nargs="+",
+        default=None,
+        help="env steps per update of the overlap and solve sections (default: the preset's)",
+    )
     parser.add_argument(
         "--sections",
         nargs="+",
@@ -269,13 +321,19 @@ def main(argv: list[str] | None = None) -> dict:
             for numpy_policy in (True, False)
         ]
         report["throughput"].append(run_throughput(2, True, args.seconds, True))
+    intervals = args.train_intervals or [None]
     if "overlap" in args.sections:
-        report["overlap"] = run_overlap(args.seconds)
+        report["overlap"] = [run_overlap(args.seconds, interval) for interval in intervals]
     if "solve" in args.sections:
-        report["solve"] = [
-            run_solve_manager(args.seed, args.budget, 2),
-            run_solve_agent(args.seed, args.budget),
-        ]
+        report["solve"] = []
+        for interval, seed in ((i, s) for i in intervals for s in args.seeds):
+            for run in (
+                run_solve_manager(seed, args.budget, args.solve_actors, interval),
+                run_solve_agent(seed, args.budget, interval),
+            ):
+                run["train_interval"] = interval or cartpole_config().train_interval
+                print(json.dumps(run), file=sys.stderr, flush=True)  # progress on long runs
+                report["solve"].append(run)
     if "weights" in args.sections:
         report["weights"] = run_weights(args.repeats)
     report["wall_s"] = round(time.perf_counter() - t0, 1)
