@@ -224,8 +224,11 @@ def _burnin_losses(shared, burnin_mask):
 
 
 def test_burnin_observations_change_the_loss(shared):
+    # The same tolerance as the masked case below: the update is deterministic far below
+    # it, and how much the burn-in moves the loss depends on the initial weights (by
+    # about 1e-4 relative, in one ordering of the suite).
     loss_a, loss_b = _burnin_losses(shared, burnin_mask=1.0)
-    assert loss_a != pytest.approx(loss_b, rel=1e-4)
+    assert loss_a != pytest.approx(loss_b, rel=1e-6)
 
 
 def test_masked_burnin_observations_do_not_change_the_loss(shared):

@@ -295,8 +295,8 @@ class R2D2Learner:
         """Builds the update's graph now, for batches of `config.batch_size` sequences.
 
         Needs no data and changes no state. Otherwise the first `step` builds it (about 2 s
-        at the CartPole preset, 3 s at Atari size); the distributed learner calls this
-        while its actors start.
+        at the CartPole preset, 2.6 s at Atari size: benchmarks/RESULTS.md); the
+        distributed learner calls this while its actors start.
         """
         size = self.config.batch_size
         batch = {
