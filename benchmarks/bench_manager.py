@@ -94,6 +94,7 @@ def run_throughput(
     per_actor = [(y - x) / dt for x, y in zip(a.actor_env_steps, b.actor_env_steps, strict=True)]
     return {
         "actors": actors,
+        "train_interval": config.train_interval,
         "policy": "numpy" if numpy_policy else "keras",
         "rate_limit": rate_limit,
         "measured_s": round(dt, 1),
@@ -209,6 +210,7 @@ def run_solve_manager(
     return {
         "mode": f"manager({actors})",
         "seed": seed,
+        "train_interval": config.train_interval,
         "solved": bool(solved),
         "env_steps": solved.get("env_steps", result.env_steps),
         "learner_updates": solved.get("updates", result.learner_updates),
@@ -229,13 +231,15 @@ def run_solve_agent(seed: int, budget: int, train_interval: int | None = None) -
     from r2d2_agent.testing import train_until_solved
 
     start = time.perf_counter()
-    agent = R2D2Agent(_config(seed, train_interval))
+    config = _config(seed, train_interval)
+    agent = R2D2Agent(config)
     agent.compile()
     startup = time.perf_counter() - start
     result = train_until_solved(agent, CARTPOLE, budget)
     return {
         "mode": "agent",
         "seed": seed,
+        "train_interval": config.train_interval,
         "solved": result["solved_at"] is not None,
         "env_steps": result["solved_at"] or result["env_steps"],
         "learner_updates": int(agent.learner.updates),
@@ -275,7 +279,7 @@ def run_overlap(seconds: float, train_interval: int | None = None) -> dict:
     steps = int(manager["env_steps_per_s_total"] * manager["measured_s"])
     agent = run_agent_speed(max(steps, 2_000), train_interval)
     return {
-        "train_interval": train_interval or cartpole_config().train_interval,
+        "train_interval": manager["train_interval"],
         "manager": manager,
         "agent": agent,
         "speedup": round(manager["env_steps_per_s_total"] / agent["env_steps_per_s"], 2),
@@ -331,7 +335,6 @@ def main(argv: list[str] | None = None) -> dict:
                 run_solve_manager(seed, args.budget, args.solve_actors, interval),
                 run_solve_agent(seed, args.budget, interval),
             ):
-                run["train_interval"] = interval or cartpole_config().train_interval
                 print(json.dumps(run), file=sys.stderr, flush=True)  # progress on long runs
                 report["solve"].append(run)
     if "weights" in args.sections:
