@@ -22,9 +22,10 @@ Sections (one JSON object is printed at the end):
   mean >= 475), for each seed of ``--seeds`` (and each of ``--train-intervals``): the
   manager (``--solve-actors``, default 2; evaluations run in the parent while the
   children keep going), then the single-process `R2D2Agent`. Each run's line also goes to
-  stderr as it ends. ``total_s`` counts from the construction of the manager or agent;
-  TensorFlow is imported in this process before, but the manager's learner imports it
-  in its own process, inside its ``total_s``.
+  stderr as it ends. Each run has a fresh Python process of its own, as a user's script
+  would, and ``total_s`` counts from its launch: the interpreter's start and every
+  import (TensorFlow in the agent's process or the manager's learner) count for both.
+  ``startup_s`` is the part of it before the first learner update.
 
 Usage::
 
@@ -44,6 +45,7 @@ import platform
 import statistics
 import sys
 import time
+import traceback
 
 import gymnasium as gym
 import numpy as np
@@ -176,15 +178,46 @@ def run_weights(repeats: int) -> dict:
     return out
 
 
+def in_fresh_process(fn, *args) -> dict:
+    """`fn(*args, launched_at=...)` in a new Python process (spawned, as `python
+    script.py` starts one), where `launched_at` is the `time.time()` of the launch.
+
+    Raises:
+        RuntimeError: With the child's traceback, if `fn` raised there.
+    """
+    context = multiprocessing.get_context("spawn")
+    results = context.SimpleQueue()
+    process = context.Process(target=_fresh_main, args=(results, fn, args, time.time()))
+    process.start()
+    ok, value = results.get()
+    process.join()
+    if not ok:
+        raise RuntimeError(f"{fn.__name__}{args} failed in its process:\n{value}")
+    return value
+
+
+def _fresh_main(results, fn, args, launched_at: float) -> None:
+    try:
+        results.put((True, fn(*args, launched_at=launched_at)))
+    except BaseException:
+        results.put((False, traceback.format_exc()))
+        raise
+
+
 def run_solve_manager(
-    seed: int, budget: int, actors: int, train_interval: int | None = None
+    seed: int,
+    budget: int,
+    actors: int,
+    train_interval: int | None = None,
+    launched_at: float | None = None,
 ) -> dict:
     """Time to solve with the manager; evaluations in the parent, numpy policy.
 
-    `total_s` counts from the manager's construction (the children's start and TensorFlow
-    import included); `startup_s` is the time to the first learner update.
+    `total_s` counts from `launched_at` (a `time.time()`; default: the manager's
+    construction), the children's start and TensorFlow import included; `startup_s` is
+    the time from there to the first learner update.
     """
-    start = time.perf_counter()
+    start = time.time() if launched_at is None else launched_at
     config = _config(seed, train_interval)
     manager = R2D2Manager(CARTPOLE, config, actor_num=actors, progress=False)
     eval_env, evals, solved, next_eval = gym.make("CartPole-v1"), [], {}, [2_500]
@@ -192,7 +225,7 @@ def run_solve_manager(
 
     def on_progress(p):
         if not startup and p.learner_updates >= 1:
-            startup.append(time.perf_counter() - start)
+            startup.append(time.time() - start)
         if p.env_steps >= next_eval[0]:
             next_eval[0] += 2_500
             mean = float(np.mean(manager.evaluate(10, env=eval_env, seed=None if evals else 1_000)))
@@ -202,7 +235,7 @@ def run_solve_manager(
                     env_steps=p.env_steps,
                     updates=p.learner_updates,
                     wall_s=round(p.elapsed_seconds, 1),
-                    total_s=round(time.perf_counter() - start, 1),
+                    total_s=round(time.time() - start, 1),
                 )
                 manager.request_stop()
 
@@ -215,26 +248,30 @@ def run_solve_manager(
         "env_steps": solved.get("env_steps", result.env_steps),
         "learner_updates": solved.get("updates", result.learner_updates),
         "wall_s": solved.get("wall_s", round(result.elapsed_seconds, 1)),
-        "total_s": solved.get("total_s", round(time.perf_counter() - start, 1)),
+        "total_s": solved.get("total_s", round(time.time() - start, 1)),
         "startup_s": round(startup[0], 1) if startup else None,
         "evals": evals,
     }
 
 
-def run_solve_agent(seed: int, budget: int, train_interval: int | None = None) -> dict:
+def run_solve_agent(
+    seed: int, budget: int, train_interval: int | None = None, launched_at: float | None = None
+) -> dict:
     """Time to solve with the single-process agent (tests/test_learning.py protocol).
 
-    `wall_s` counts from the first env step, `total_s` from the agent's construction
-    (`startup_s`: construction and compile; TensorFlow is imported before either).
+    `wall_s` counts from the first env step, `total_s` from `launched_at` (a
+    `time.time()`; default: the agent's construction). `startup_s` runs from there to
+    the end of `compile` (TensorFlow's import included when it happens here); the first
+    update's tracing falls in `wall_s`.
     """
+    start = time.time() if launched_at is None else launched_at
     from r2d2_agent import R2D2Agent
     from r2d2_agent.testing import train_until_solved
 
-    start = time.perf_counter()
     config = _config(seed, train_interval)
     agent = R2D2Agent(config)
     agent.compile()
-    startup = time.perf_counter() - start
+    startup = time.time() - start
     result = train_until_solved(agent, CARTPOLE, budget)
     return {
         "mode": "agent",
@@ -332,8 +369,8 @@ def main(argv: list[str] | None = None) -> dict:
         report["solve"] = []
         for interval, seed in ((i, s) for i in intervals for s in args.seeds):
             for run in (
-                run_solve_manager(seed, args.budget, args.solve_actors, interval),
-                run_solve_agent(seed, args.budget, interval),
+                in_fresh_process(run_solve_manager, seed, args.budget, args.solve_actors, interval),
+                in_fresh_process(run_solve_agent, seed, args.budget, interval),
             ):
                 print(json.dumps(run), file=sys.stderr, flush=True)  # progress on long runs
                 report["solve"].append(run)

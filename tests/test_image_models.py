@@ -7,10 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from r2d2_agent.compat import keras, tf
 from r2d2_agent.config import InputType, R2D2Config
-from r2d2_agent.image_models import DQNImageModel, R2D3ImageModel
+from r2d2_agent.image_models import DQNImageModel, ImageModel, R2D3ImageModel
 from r2d2_agent.networks import KerasPolicy
 from r2d2_agent.networks.keras_net import R2D2Network
+from r2d2_agent.roles.builder import R2D2Builder
 
 FRAMES = {  # the smallest frames the DQN torso's convolutions accept are 36x36
     InputType.GRAY_2ch: (36, 36),
@@ -71,3 +73,28 @@ def test_a_frame_that_does_not_fit_the_input_type_is_refused_naming_both(input_t
         ValueError, match=rf"observation shape .* does not fit input_type {input_type.name}"
     ):
         config_for(input_type, True).replace(input_shape=wrong)
+
+
+class BranchingImageModel(ImageModel):
+    """A user's torso whose layer branches in Python on a tensor's value."""
+
+    class Flip(keras.layers.Layer):
+        def call(self, x):
+            if tf.reduce_sum(x) > 0:  # needs AutoGraph inside a tf.function
+                return x
+            return -x
+
+    def create_image_model(self, c, enable_lstm):
+        flat = keras.layers.Flatten()
+        if enable_lstm:
+            return self.Flip()(keras.layers.TimeDistributed(flat)(c))
+        return self.Flip()(flat(c))
+
+
+def test_a_user_image_model_that_branches_on_tensors_trains():
+    """The update graph skips AutoGraph for the built-in layers (it halves tracing) but
+    keeps it for a user's image model."""
+    config = config_for(InputType.GRAY_3ch, lstm=True)
+    learner = R2D2Builder(config, image_model=BranchingImageModel()).make_learner()
+    learner.trace()
+    assert learner._train.experimental_get_tracing_count() == 1

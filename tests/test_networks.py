@@ -267,6 +267,28 @@ def test_unroll_equals_the_keras_lstm_layer_path(cached_network):
     np.testing.assert_allclose(c_unroll.numpy(), c_layer.numpy(), atol=1e-5)
 
 
+def test_lstm_has_the_weights_and_math_of_keras_lstm_layer(cached_network):
+    """The model's LSTM is `RNN(LSTMCell)` (it builds faster); checkpoints and weight
+    files of models built with `keras.layers.LSTM` must still fit it: same weight
+    names, shapes and order, same outputs."""
+    from r2d2_agent.compat import tf
+
+    _, network, _ = cached_network()
+    randomize_weights(network)
+    ours = network.lstm
+    features = np.random.default_rng(3).normal(size=(2, 5, ours.cell.kernel.shape[0]))
+    features = tf.constant(features, tf.float32)
+    h, c = (tf.constant(s) for s in np.moveaxis(random_state(2), 1, 0))
+    reference = keras.layers.LSTM(UNITS, return_sequences=True, return_state=True, name="lstm")
+    reference(features, initial_state=[h, c])  # builds it
+    assert [w.name for w in reference.weights] == [w.name for w in ours.weights]
+    reference.set_weights(ours.get_weights())
+    got, want = ours(features, initial_state=[h, c]), reference(features, initial_state=[h, c])
+    assert len(got) == len(want) == 3  # sequence, h, c
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+
+
 def test_unroll_gradient_does_not_slice_the_features_per_step(cached_network):
     """The step-by-step unroll takes its inputs with one unstack: a slice per step would
     add a `StridedSliceGrad` of the whole (batch, time, dim) features per step to the

@@ -143,8 +143,16 @@ def build_model(
     mask = keras.Input(shape=(None,), dtype="bool", name="mask")
     h_in = keras.Input(shape=(config.lstm_units,), name="h")
     c_in = keras.Input(shape=(config.lstm_units,), name="c")
-    lstm = keras.layers.LSTM(
-        config.lstm_units, return_sequences=True, return_state=True, name="lstm"
+    # `RNN(LSTMCell)` rather than `keras.layers.LSTM`: the same weights (names, order,
+    # initial values) and math, built in half the time. `LSTM` registers cuDNN and CPU
+    # variants of its whole-sequence loop as it is built (about 0.35 s a model here),
+    # and nothing calls that loop up to `MAX_STATIC_UNROLL` steps: `unroll` steps the
+    # cell itself (benchmarks/RESULTS.md, "Start-up").
+    lstm = keras.layers.RNN(
+        keras.layers.LSTMCell(config.lstm_units, name="lstm_cell"),
+        return_sequences=True,
+        return_state=True,
+        name="lstm",
     )
     if not config.enable_prev_action_reward:
         out, h, c = lstm(encoder(obs), initial_state=[h_in, c_in], mask=mask)
@@ -173,6 +181,12 @@ class R2D2Network:
     ) -> None:
         self.config = config
         self.model = build_model(config, image_model, name)
+        self.needs_autograph = config.input_type is not InputType.VALUES and not (
+            image_model is None or type(image_model).__module__.startswith("r2d2_agent.")
+        )
+        """Whether a graph calling this network needs AutoGraph: only when a user's
+        `ImageModel` built its encoder (its layers may branch in Python on tensors);
+        the built-in layers do not, and converting them costs time at every trace."""
         self.encoder = self.model.get_layer("encoder")
         self.head = self.model.get_layer("head")
         self.lstm = self.model.get_layer("lstm") if config.enable_lstm else None

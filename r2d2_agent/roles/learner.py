@@ -77,8 +77,15 @@ class R2D2Learner:
         learner: the single-process agent, or a distributed backend's shared counters);
         `counters()` adds the learner's own counts."""
         self.last_metrics: dict[str, float] = {}
-        self._train = tf.function(self._train_graph, reduce_retracing=True)
-        self._copy = tf.function(self._copy_graph)
+        # The optimizer's slots exist before the first trace: a tf.function whose first
+        # trace creates variables traces twice. AutoGraph only for a user's image model:
+        # the update's own control flow is plain Python over static shapes and config
+        # flags, and converting it took half of the tracing time.
+        self._build_optimizer()
+        self._train = tf.function(
+            self._train_graph, reduce_retracing=True, autograph=online.needs_autograph
+        )
+        self._copy = tf.function(self._copy_graph, autograph=False)
         self.update_target()
 
     # Data in / weights out -----------------------------------------------------------
@@ -294,9 +301,9 @@ class R2D2Learner:
     def trace(self) -> None:
         """Builds the update's graph now, for batches of `config.batch_size` sequences.
 
-        Needs no data and changes no state. Otherwise the first `step` builds it (about 2 s
-        at the CartPole preset, 2.6 s at Atari size: benchmarks/RESULTS.md); the
-        distributed learner calls this while its actors start.
+        Needs no data and changes no state. Otherwise the first `step` builds it (about
+        0.6 s at the CartPole preset, 2.7 s at Atari size: benchmarks/RESULTS.md,
+        "Start-up"); the distributed learner calls this while its actors start.
         """
         size = self.config.batch_size
         batch = {
