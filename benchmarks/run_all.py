@@ -48,6 +48,10 @@ BENCHMARKS = {
         ["bench_learner.py", "--updates", "20", "--repeats", "3", "--skip-atari"],
         ["bench_learner.py"],
     ),
+    "startup": (
+        ["bench_startup.py", "--sizes", "cartpole", "--repeats", "1"],
+        ["bench_startup.py"],
+    ),
     "manager": (
         [
             "bench_manager.py",
