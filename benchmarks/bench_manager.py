@@ -45,13 +45,15 @@ import platform
 import statistics
 import sys
 import time
-import traceback
 
 import gymnasium as gym
 import numpy as np
 
 from r2d2_agent.distributed import R2D2Manager
 from r2d2_agent.presets import cartpole_config
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fresh_process import in_fresh_process  # noqa: E402
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
@@ -129,7 +131,6 @@ def _median_ms(fn, repeats: int) -> float:
 
 def run_weights(repeats: int) -> dict:
     """Publish and pull latencies on the CartPole preset network (imports TensorFlow)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_weights
 
     from r2d2_agent.distributed.mp.shared_weights import WeightsSpec
@@ -176,32 +177,6 @@ def run_weights(repeats: int) -> dict:
         shapes = [tuple(w.shape) for w in weights]
         out["bench_weights_set"] = bench_weights.bench_set(shapes, repeats, inq, outq)
     return out
-
-
-def in_fresh_process(fn, *args) -> dict:
-    """`fn(*args, launched_at=...)` in a new Python process (spawned, as `python
-    script.py` starts one), where `launched_at` is the `time.time()` of the launch.
-
-    Raises:
-        RuntimeError: With the child's traceback, if `fn` raised there.
-    """
-    context = multiprocessing.get_context("spawn")
-    results = context.SimpleQueue()
-    process = context.Process(target=_fresh_main, args=(results, fn, args, time.time()))
-    process.start()
-    ok, value = results.get()
-    process.join()
-    if not ok:
-        raise RuntimeError(f"{fn.__name__}{args} failed in its process:\n{value}")
-    return value
-
-
-def _fresh_main(results, fn, args, launched_at: float) -> None:
-    try:
-        results.put((True, fn(*args, launched_at=launched_at)))
-    except BaseException:
-        results.put((False, traceback.format_exc()))
-        raise
 
 
 def run_solve_manager(
@@ -369,8 +344,14 @@ def main(argv: list[str] | None = None) -> dict:
         report["solve"] = []
         for interval, seed in ((i, s) for i in intervals for s in args.seeds):
             for run in (
-                in_fresh_process(run_solve_manager, seed, args.budget, args.solve_actors, interval),
-                in_fresh_process(run_solve_agent, seed, args.budget, interval),
+                in_fresh_process(
+                    run_solve_manager,
+                    *(seed, args.budget, args.solve_actors, interval),
+                    launched_at=time.time(),
+                ),
+                in_fresh_process(
+                    run_solve_agent, seed, args.budget, interval, launched_at=time.time()
+                ),
             ):
                 print(json.dumps(run), file=sys.stderr, flush=True)  # progress on long runs
                 report["solve"].append(run)

@@ -34,9 +34,9 @@ import platform
 import statistics
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fresh_process import in_fresh_process  # noqa: E402
 
 VARIANTS = ("now", "before")
 
@@ -100,27 +100,6 @@ def measure(size: str, variant: str) -> dict:
     }
 
 
-def _child(results, size: str, variant: str) -> None:
-    try:
-        results.put((True, measure(size, variant)))
-    except BaseException:
-        results.put((False, traceback.format_exc()))
-        raise
-
-
-def in_fresh_process(size: str, variant: str) -> dict:
-    """`measure(size, variant)` in a new spawned process."""
-    context = multiprocessing.get_context("spawn")
-    results = context.SimpleQueue()
-    process = context.Process(target=_child, args=(results, size, variant))
-    process.start()
-    ok, value = results.get()
-    process.join()
-    if not ok:
-        raise RuntimeError(f"measure({size!r}, {variant!r}) failed in its process:\n{value}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> dict:
     """Runs the measurements and prints one JSON object."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -141,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
         for repeat in range(args.repeats):
             order = args.variants if repeat % 2 == 0 else args.variants[::-1]
             for variant in order:
-                run = in_fresh_process(size, variant)
+                run = in_fresh_process(measure, size, variant)
                 print(json.dumps(run), file=sys.stderr, flush=True)
                 report["runs"].append(run)
         for variant in args.variants:

@@ -93,8 +93,15 @@ class BranchingImageModel(ImageModel):
 
 def test_a_user_image_model_that_branches_on_tensors_trains():
     """The update graph skips AutoGraph for the built-in layers (it halves tracing) but
-    keeps it for a user's image model."""
+    keeps it for a user's image model (`ImageModel.autograph` defaults to True)."""
     config = config_for(InputType.GRAY_3ch, lstm=True)
     learner = R2D2Builder(config, image_model=BranchingImageModel()).make_learner()
     learner.trace()
     assert learner._train.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("torso", list(TORSOS))
+def test_the_built_in_torsos_are_traced_without_autograph(torso):
+    config = config_for(InputType.GRAY_3ch, lstm=True)
+    assert not R2D2Network(config, TORSOS[torso]()).needs_autograph
+    assert R2D2Network(config, BranchingImageModel()).needs_autograph

@@ -181,12 +181,11 @@ class R2D2Network:
     ) -> None:
         self.config = config
         self.model = build_model(config, image_model, name)
-        self.needs_autograph = config.input_type is not InputType.VALUES and not (
-            image_model is None or type(image_model).__module__.startswith("r2d2_agent.")
-        )
-        """Whether a graph calling this network needs AutoGraph: only when a user's
-        `ImageModel` built its encoder (its layers may branch in Python on tensors);
-        the built-in layers do not, and converting them costs time at every trace."""
+        torso = None if config.input_type is InputType.VALUES else image_model or DQNImageModel()
+        self.needs_autograph = torso is not None and torso.autograph
+        """Whether a graph calling this network needs AutoGraph: only when its image
+        model asks for it (`ImageModel.autograph`); the other layers are Keras's own,
+        and converting them costs time at every trace."""
         self.encoder = self.model.get_layer("encoder")
         self.head = self.model.get_layer("head")
         self.lstm = self.model.get_layer("lstm") if config.enable_lstm else None

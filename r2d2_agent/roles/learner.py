@@ -78,9 +78,10 @@ class R2D2Learner:
         `counters()` adds the learner's own counts."""
         self.last_metrics: dict[str, float] = {}
         # The optimizer's slots exist before the first trace: a tf.function whose first
-        # trace creates variables traces twice. AutoGraph only for a user's image model:
-        # the update's own control flow is plain Python over static shapes and config
-        # flags, and converting it took half of the tracing time.
+        # trace creates variables traces twice. AutoGraph only for an image model that
+        # asks for it (`ImageModel.autograph`): the update's own control flow is plain
+        # Python over static shapes and config flags, and converting it took half of the
+        # tracing time.
         self._build_optimizer()
         self._train = tf.function(
             self._train_graph, reduce_retracing=True, autograph=online.needs_autograph
