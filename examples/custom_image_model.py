@@ -57,6 +57,8 @@ class SmallConv(ImageModel):
     """Two small convolutions; `c` is (batch, H, W, ch), or (batch, time, H, W, ch) with
     an LSTM, in [0, 1]."""
 
+    autograph = False  # Keras layers only: the learner traces its update in half the time
+
     def create_image_model(self, c, enable_lstm):
         wrap = keras.layers.TimeDistributed if enable_lstm else (lambda layer: layer)
         c = wrap(keras.layers.Conv2D(16, 3, padding="same", activation="relu"))(c)
