@@ -39,9 +39,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import time
@@ -54,6 +52,7 @@ from r2d2_agent.presets import cartpole_config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fresh_process import in_fresh_process  # noqa: E402
+from header import report_header  # noqa: E402
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
@@ -322,13 +321,7 @@ def main(argv: list[str] | None = None) -> dict:
         choices=["throughput", "weights", "solve", "overlap"],
     )
     args = parser.parse_args(argv)
-    report: dict = {
-        "benchmark": "bench_manager",
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "python": platform.python_version(),
-        "machine": f"{platform.system()} {platform.machine()}, {multiprocessing.cpu_count()} cpus",
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-    }
+    report: dict = report_header("bench_manager")
     t0 = time.perf_counter()
     if "throughput" in args.sections:  # first: the parent has not imported TensorFlow yet
         report["throughput"] = [

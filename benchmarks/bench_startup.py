@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fresh_process import in_fresh_process  # noqa: E402
+from header import report_header  # noqa: E402
 
 VARIANTS = ("now", "before")
 
@@ -107,15 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per variant")
     args = parser.parse_args(argv)
-    report: dict = {
-        "benchmark": "bench_startup",
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "python": platform.python_version(),
-        "machine": f"{platform.system()} {platform.machine()}, {multiprocessing.cpu_count()} cpus",
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-        "runs": [],
-        "medians": {},
-    }
+    report: dict = {**report_header("bench_startup"), "runs": [], "medians": {}}
     for size in args.sizes:
         for repeat in range(args.repeats):
             order = args.variants if repeat % 2 == 0 else args.variants[::-1]
