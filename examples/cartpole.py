@@ -8,8 +8,10 @@
     python examples/cartpole.py --backend ray --ray-address auto   # on a running cluster
 
 Arguments -> env factory -> config -> manager -> train (progress bar, a run directory of
-logs and TensorBoard summaries, checkpoints) -> a test agent with the learner's weights ->
-greedy evaluation -> the learning curve (`python -m r2d2_agent.plot RUN_DIR` redraws it).
+logs and TensorBoard summaries, checkpoints; a greedy evaluation every 2,500 env steps that
+stops the run once it reaches the env's reward threshold, 475 on CartPole-v1) -> a test
+agent with the learner's weights -> greedy evaluation -> the learning curve
+(`python -m r2d2_agent.plot RUN_DIR` redraws it).
 """
 
 import argparse
@@ -38,6 +40,18 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=600.0, help="wall-time limit")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument(
+        "--eval-interval",
+        type=int,
+        default=2_500,
+        help="env steps between greedy evaluations while training (0: none)",
+    )
+    parser.add_argument(
+        "--stop-return",
+        type=float,
+        help="stop once an evaluation's mean return reaches it (default: the env's "
+        "reward threshold, 475 on CartPole-v1; none if the env has none)",
+    )
     parser.add_argument("--run-dir", help="run directory (default: runs/<run name>)")
     parser.add_argument("--resume", help="checkpoint file or directory to continue from")
     parser.add_argument(
@@ -64,6 +78,8 @@ def main() -> None:
     if not isinstance(probe.action_space, gym.spaces.Discrete):
         parser.error(f"{env_id} has actions {probe.action_space}; R2D2 needs Discrete ones")
     spaces = dict(input_shape=probe.observation_space.shape, nb_actions=int(probe.action_space.n))
+    threshold = getattr(probe.spec, "reward_threshold", None)
+    stop_return = args.stop_return if args.stop_return is not None else threshold
     probe.close()
     preset = masked_cartpole_config if args.masked else cartpole_config
     config = preset(seed=args.seed, **spaces)
@@ -74,7 +90,10 @@ def main() -> None:
     print(f"run directory: {run_dir}")
 
     # 3. Train with the manager; it stops at the first limit reached (with --resume,
-    #    nb_steps counts from the checkpoint's env steps).
+    #    nb_steps counts from the checkpoint's env steps). Every --eval-interval env steps
+    #    the parent plays greedy episodes with the latest weights (numpy, no TensorFlow)
+    #    while the children go on, and stops the run once they reach --stop-return: a
+    #    fixed learning rate far past that point can drift off the policy.
     ray = dict(ray_address=args.ray_address) if args.backend == "ray" else {}
     with R2D2Manager(
         env_factory,
@@ -84,9 +103,30 @@ def main() -> None:
         backend=args.backend,
         **ray,
     ) as manager:
+        eval_env, next_eval, best = env_factory(), [args.eval_interval], {}
+
+        def evaluate_now_and_then(progress):
+            if not args.eval_interval or progress.env_steps < next_eval[0]:
+                return
+            next_eval[0] = progress.env_steps + args.eval_interval
+            weights = manager.latest_weights()
+            returns = manager.evaluate(args.eval_episodes, eval_env, weights=weights)
+            run_log.log_evaluation(progress.env_steps, returns)
+            mean = float(np.mean(returns))
+            print(f"\n{progress.env_steps} env steps: greedy mean {mean:.1f}")
+            if mean >= best.get("mean", -np.inf):  # the best evaluated weights so far
+                best.update(mean=mean, weights=weights, env_steps=progress.env_steps)
+            if stop_return is not None and mean >= stop_return:
+                print(f"reached the stop return {stop_return}: stopping")
+                manager.request_stop()
+
         result = manager.train(
-            nb_steps=args.nb_steps, max_seconds=args.max_seconds, resume_from=args.resume
+            nb_steps=args.nb_steps,
+            max_seconds=args.max_seconds,
+            resume_from=args.resume,
+            on_progress=evaluate_now_and_then,
         )
+        eval_env.close()
         agent = manager.create_test_agent()
     print(
         f"stopped by {result.stop_reason}: {result.env_steps} env steps "
@@ -95,11 +135,24 @@ def main() -> None:
         f"{result.recent_mean_return()}"
     )
 
-    # 4. Greedy evaluation of the learner's final weights, logged as a point of the curve.
+    # 4. Greedy evaluation of the learner's final weights, logged as a point of the curve;
+    #    then the best evaluated weights are kept in the run directory (a later stretch
+    #    of training can be worse than an earlier one).
     history = agent.test(env_factory(), nb_episodes=args.eval_episodes, visualize=False, verbose=0)
     returns = history.history["episode_reward"]
     run_log.log_evaluation(result.env_steps, returns)
-    print(f"greedy evaluation over {args.eval_episodes} episodes: {np.mean(returns):.1f}")
+    final_mean = float(np.mean(returns))
+    print(f"greedy evaluation over {args.eval_episodes} episodes: {final_mean:.1f}")
+    kept = dict(mean=final_mean, env_steps=result.env_steps)
+    if best.get("mean", -np.inf) > final_mean:
+        agent.learner.set_weights(best["weights"])
+        agent.sync_actor()
+        kept = best
+    best_file = f"{run_dir}/best_weights.h5"
+    agent.save_weights(best_file, overwrite=True)
+    print(
+        f"best weights: {best_file} (greedy mean {kept['mean']:.1f}, {kept['env_steps']} env steps)"
+    )
 
     # 5. The learning curve, and where everything is.
     print(f"checkpoints: {checkpoints}")

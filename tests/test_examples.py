@@ -80,6 +80,8 @@ def test_the_cartpole_example_trains_with_the_manager(tmp_path):
         "4000",
         "--eval-episodes",
         "2",
+        "--eval-interval",
+        "0",
         "--run-dir",
         "run",
         cwd=tmp_path,
@@ -88,6 +90,31 @@ def test_the_cartpole_example_trains_with_the_manager(tmp_path):
     assert "greedy evaluation over 2 episodes:" in out
     assert any((tmp_path / "run" / "checkpoints").glob("*.h5"))
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0
+
+
+def test_the_cartpole_example_stops_once_an_evaluation_reaches_the_stop_return(tmp_path):
+    out = run_example(
+        "cartpole.py",
+        "--actors",
+        "1",
+        "--nb-steps",
+        "20000",
+        "--eval-episodes",
+        "1",
+        "--eval-interval",
+        "500",
+        "--stop-return",
+        "-1",  # any CartPole return reaches it: the first evaluation stops the run
+        "--run-dir",
+        "run",
+        cwd=tmp_path,
+    )
+    assert "greedy mean" in out and "reached the stop return -1.0: stopping" in out
+    assert "stopped by requested:" in out
+    evaluations = (tmp_path / "run" / "eval.jsonl").read_text().splitlines()
+    assert len(evaluations) == 2  # the one that stopped the run, and the final one
+    assert "best weights: run/best_weights.h5" in out
+    assert (tmp_path / "run" / "best_weights.h5").stat().st_size > 0
 
 
 def test_the_cartpole_example_trains_on_ray(tmp_path):

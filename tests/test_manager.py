@@ -25,6 +25,7 @@ from interrupting import interrupt_script
 
 from r2d2_agent.config import InputType
 from r2d2_agent.distributed import R2D2Manager, R2D2ProcessError, TrainResult, describe_exit
+from r2d2_agent.networks.numpy_net import weight_layout
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -272,7 +273,7 @@ def _requested_stop(config):
 
     result = manager.train(max_seconds=120, on_progress=on_progress)
     returns = manager.evaluate(2, seed=0)  # greedy, in this process, latest weights
-    return SimpleNamespace(result=result, evaluation_returns=returns)
+    return SimpleNamespace(result=result, evaluation_returns=returns, manager=manager)
 
 
 @pytest.fixture(scope="module")
@@ -291,6 +292,31 @@ def test_request_stop_from_the_progress_hook_stops_the_run(requested_stop):
 def test_evaluate_plays_the_requested_episodes_with_the_latest_weights(requested_stop):
     returns = requested_stop.evaluation_returns
     assert len(returns) == 2 and all(r > 0 for r in returns)
+
+
+class ActionLog(gym.Wrapper):
+    """Records the actions played in it."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.actions = []
+
+    def step(self, action):
+        self.actions.append(int(action))
+        return self.env.step(action)
+
+
+@pytest.mark.parametrize("favoured", [0, 1])
+def test_evaluate_plays_the_weights_it_is_given(requested_stop, favoured):
+    """All-zero weights but the output layer's bias, which favours one action."""
+    manager = requested_stop.manager
+    layout = [name for name, _ in weight_layout(manager.config)]
+    bias = "advantage/bias" if "advantage/bias" in layout else "q/bias"
+    weights = [np.zeros_like(w) for w in manager.latest_weights()]
+    weights[layout.index(bias)][favoured] = 1.0
+    env = ActionLog(CARTPOLE())
+    returns = manager.evaluate(1, env=env, seed=0, weights=weights)
+    assert len(returns) == 1 and env.actions and set(env.actions) == {favoured}
 
 
 # ----------------------------------------------------------------- faults ----------

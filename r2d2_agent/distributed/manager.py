@@ -319,7 +319,11 @@ class R2D2Manager:
             self._run.request_stop()
 
     def evaluate(
-        self, nb_episodes: int = 10, env: Any = None, seed: int | None = None
+        self,
+        nb_episodes: int = 10,
+        env: Any = None,
+        seed: int | None = None,
+        weights: list[np.ndarray] | None = None,
     ) -> list[float]:
         """Plays episodes in this process with the latest weights and `config.test_epsilon`.
 
@@ -330,14 +334,16 @@ class R2D2Manager:
             nb_episodes: Episodes to play.
             env: A Gymnasium env to play in (kept open); a new one from the factory if None.
             seed: Seed of the first reset.
+            weights: Play these weights (e.g. `latest_weights()` kept from a moment of
+                the run) instead of the latest ones.
 
         Returns:
             The episode returns.
 
         Raises:
-            RuntimeError: If no weights exist yet (call `train` first).
+            RuntimeError: If no weights are given and none exist yet (call `train` first).
         """
-        weights = self.latest_weights()
+        weights = self.latest_weights() if weights is None else weights
         if weights is None:
             raise RuntimeError("no learner weights yet: call train() first")
         builder = self.spec.builder
