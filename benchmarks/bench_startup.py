@@ -54,7 +54,7 @@ def _as_before(learner, builder) -> None:
     """The learner as it was built before 2026-11-25 (see the module docstring)."""
     from r2d2_agent.compat import tf
 
-    learner.optimizer = builder.make_optimizer()  # slots not built yet
+    learner._optimizer = builder.make_optimizer()  # past the setter: slots not built yet
     learner._train = tf.function(learner._train_graph, reduce_retracing=True)
 
 

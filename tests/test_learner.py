@@ -133,6 +133,17 @@ def test_the_first_update_traces_its_graph_once(learner_config):
     assert learner._train.experimental_get_tracing_count() == 1
 
 
+def test_an_optimizer_set_later_still_traces_the_update_once(learner_config):
+    # As `R2D2Agent.compile(optimizer)` does: the setter creates the new optimizer's slots.
+    learner = make_learner(learner_config())
+    learner.optimizer = keras.optimizers.Adam(1e-3)
+    fill(learner, learner.config, 8)
+    learner.step()
+    learner.step()
+    assert learner._train.experimental_get_tracing_count() == 1
+    assert int(learner.optimizer.iterations.numpy()) == 2
+
+
 def test_target_is_copied_only_every_target_update_interval_updates(learner_config):
     learner = make_learner(learner_config(lstm_units=0, target_update_interval=3))
     fill(learner, learner.config, 8)

@@ -180,9 +180,9 @@ class R2D2Network:
         self, config: R2D2Config, image_model: ImageModel | None = None, name: str = "r2d2"
     ) -> None:
         self.config = config
+        image_model = image_model or DQNImageModel()
         self.model = build_model(config, image_model, name)
-        torso = None if config.input_type is InputType.VALUES else image_model or DQNImageModel()
-        self.needs_autograph = torso is not None and torso.autograph
+        self.needs_autograph = config.input_type is not InputType.VALUES and image_model.autograph
         """Whether a graph calling this network needs AutoGraph: only when its image
         model asks for it (`ImageModel.autograph`); the other layers are Keras's own,
         and converting them costs time at every trace."""

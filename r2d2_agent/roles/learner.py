@@ -66,7 +66,7 @@ class R2D2Learner:
         self.config = config
         self.online = online
         self.target = target
-        self.optimizer = optimizer
+        self.optimizer = optimizer  # the setter creates its slots
         self.replay = replay
         self.updates = 0
         """Learner updates done (continues from a restored checkpoint)."""
@@ -77,17 +77,28 @@ class R2D2Learner:
         learner: the single-process agent, or a distributed backend's shared counters);
         `counters()` adds the learner's own counts."""
         self.last_metrics: dict[str, float] = {}
-        # The optimizer's slots exist before the first trace: a tf.function whose first
-        # trace creates variables traces twice. AutoGraph only for an image model that
-        # asks for it (`ImageModel.autograph`): the update's own control flow is plain
-        # Python over static shapes and config flags, and converting it took half of the
-        # tracing time.
-        self._build_optimizer()
+        # AutoGraph only for an image model that asks for it (`ImageModel.autograph`): the
+        # update's own control flow is plain Python over static shapes and config flags,
+        # and converting it took half of the tracing time.
         self._train = tf.function(
             self._train_graph, reduce_retracing=True, autograph=online.needs_autograph
         )
         self._copy = tf.function(self._copy_graph, autograph=False)
         self.update_target()
+
+    @property
+    def optimizer(self) -> keras.optimizers.Optimizer:
+        """The Keras optimizer. Setting one creates its slots for the online network's
+        variables (zeros, as the first update would): a first trace of the update that
+        created them would make TensorFlow trace it a second time."""
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: keras.optimizers.Optimizer) -> None:
+        build = getattr(optimizer, "build", None)
+        if build is not None:
+            build(self.online.model.trainable_variables)
+        self._optimizer = optimizer
 
     # Data in / weights out -----------------------------------------------------------
 
@@ -171,7 +182,6 @@ class R2D2Learner:
         """
         from r2d2_agent import __version__
 
-        self._build_optimizer()
         variables = self._optimizer_variables()
         return TrainingState(
             online_weights=self.online.get_weights(),
@@ -230,7 +240,6 @@ class R2D2Learner:
             )
         self._assign("online", self.online.model.weights, state.online_weights, state)
         self._assign("target", self.target.model.weights, state.target_weights, state)
-        self._build_optimizer()
         self._assign("optimizer", self._optimizer_variables(), state.optimizer_weights, state)
         self.updates = state.counters.learner_updates
         self.sequences_added = state.counters.sequences_received
@@ -241,12 +250,6 @@ class R2D2Learner:
     def _optimizer_variables(self) -> list[Any]:
         variables = self.optimizer.variables
         return list(variables() if callable(variables) else variables)
-
-    def _build_optimizer(self) -> None:
-        """Creates the optimizer's slots now (zeros, as the first update would)."""
-        build = getattr(self.optimizer, "build", None)
-        if build is not None:
-            build(self.online.model.trainable_variables)
 
     @staticmethod
     def _assign(what: str, variables: list[Any], arrays: list[np.ndarray], state: Any) -> None:
