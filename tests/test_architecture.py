@@ -130,3 +130,46 @@ def test_the_manager_imports_without_ray():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "False", "importing the manager loaded Ray"
+
+
+def _module_name(path: pathlib.Path) -> str:
+    """`r2d2_agent/checkpoints/state.py` -> "r2d2_agent.checkpoints.state"."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(path: pathlib.Path, modules: set[str]) -> set[str]:
+    """The package's modules that a file imports, at any depth of its code (deferred
+    imports inside functions too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            named = {f"{node.module}.{alias.name}" for alias in node.names}
+            found.update(name for name in {node.module, *named} if name in modules)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+    return found
+
+
+def test_no_two_modules_import_each_other_even_through_others():
+    """The module graph is acyclic (the packages' `__init__` re-exports aside): a cycle,
+    even one hidden in a deferred import, means two modules are one."""
+    files = {_module_name(f): f for f in PACKAGE.rglob("*.py") if f.name != "__init__.py"}
+    graph = {name: _imported_modules(f, set(files)) for name, f in files.items()}
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in visiting:
+            cycle = [*visiting[visiting.index(name) :], name]
+            pytest.fail("modules import each other: " + " -> ".join(cycle))
+        if name in done:
+            return
+        visiting.append(name)
+        for target in sorted(graph[name]):
+            visit(target)
+        visiting.pop()
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name)

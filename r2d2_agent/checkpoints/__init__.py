@@ -1,6 +1,12 @@
 """Checkpoints that resume a run: one HDF5 file per checkpoint, written atomically.
 
-* `state`: what a checkpoint holds (`TrainingState`, `TrainingCounters`) and its errors.
+Modules, bottom up (each imports only those above it in this list):
+
+* `errors`: the errors reading or resuming a checkpoint raises, each naming the file.
+* `h5format`: the file's format marks, checksums and the reading of its replay group
+  (h5py), shared by writing and reading.
+* `state`: what a checkpoint holds (`TrainingState`, `TrainingCounters`,
+  `ReplaySnapshot`).
 * `h5file`: writing (temporary file, fsync, rename; keeping the last K) and reading
   (checksums, clear errors naming the file) with h5py.
 * `compatibility`: whether a checkpoint fits a configuration (the fields that shape the
@@ -19,6 +25,12 @@ from r2d2_agent.checkpoints.compatibility import (
     check_replay_compatible,
     config_as_data,
 )
+from r2d2_agent.checkpoints.errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    IncompatibleCheckpointError,
+    MissingCheckpointError,
+)
 from r2d2_agent.checkpoints.h5file import (
     CHECKPOINT_PATTERN,
     FORMAT_NAME,
@@ -34,10 +46,6 @@ from r2d2_agent.checkpoints.h5file import (
     write_checkpoint,
 )
 from r2d2_agent.checkpoints.state import (
-    CheckpointError,
-    CorruptCheckpointError,
-    IncompatibleCheckpointError,
-    MissingCheckpointError,
     ReplaySnapshot,
     TrainingCounters,
     TrainingState,

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from r2d2_agent.checkpoints.state import IncompatibleCheckpointError, TrainingState
+from r2d2_agent.checkpoints.errors import IncompatibleCheckpointError
+from r2d2_agent.checkpoints.state import TrainingState
 from r2d2_agent.config import R2D2Config
 
 __all__ = [

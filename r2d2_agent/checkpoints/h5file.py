@@ -46,14 +46,26 @@ from typing import Any
 import h5py
 import numpy as np
 
-from r2d2_agent.checkpoints.state import (
+from r2d2_agent.checkpoints.errors import (
     CheckpointError,
     CorruptCheckpointError,
     MissingCheckpointError,
-    ReplaySnapshot,
-    TrainingCounters,
-    TrainingState,
 )
+from r2d2_agent.checkpoints.h5format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    REPLAY_DATASETS,
+    WEIGHTS_WHAT_TO_DO,
+    WHAT_TO_DO,
+    corrupt,
+    crc32,
+    load_replay,
+    open_file,
+    plain,
+    replay_datasets,
+    verify_streaming,
+)
+from r2d2_agent.checkpoints.state import ReplaySnapshot, TrainingCounters, TrainingState
 
 __all__ = [
     "CHECKPOINT_PATTERN",
@@ -72,18 +84,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FORMAT_NAME = "r2d2-agent checkpoint"
-FORMAT_VERSION = 1
 CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d+)\.h5$")
 """Names of the checkpoints in a checkpoint directory: `ckpt-<N>.h5`."""
 
-_WHAT_TO_DO = (
-    "Resume from an earlier checkpoint (CheckpointCallback keeps the last few in the same "
-    "directory) or start without resume_from."
-)
 _COUNTER_ATTRS = ("env_steps", "learner_updates", "episodes", "sequences_received")
-_REPLAY_DATASETS = "datasets"  # attr of /replay: the JSON list of its datasets
-_CRC_CHUNK_BYTES = 64 << 20  # checksums of replay datasets are computed this much at a time
 
 
 def checkpoint_name(number: int) -> str:
@@ -94,12 +98,6 @@ def checkpoint_name(number: int) -> str:
 # Writing ---------------------------------------------------------------------------------
 
 
-def _crc32(array: np.ndarray, value: int = 0) -> int:
-    """CRC-32 of an array's bytes in C order (that of `array.tobytes()`), without a copy
-    when the array is contiguous."""
-    return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8), value)
-
-
 def _write_arrays(
     file: h5py.File, group_name: str, arrays: Sequence[np.ndarray], names: Sequence[str]
 ) -> None:
@@ -108,7 +106,7 @@ def _write_arrays(
     for i, array in enumerate(arrays):
         array = np.asarray(array, order="C")
         dataset = group.create_dataset(f"{i:04d}", data=array)
-        dataset.attrs["crc32"] = _crc32(array)
+        dataset.attrs["crc32"] = crc32(array)
         dataset.attrs["name"] = names[i] if i < len(names) else ""
 
 
@@ -118,15 +116,15 @@ def _write_replay(file: h5py.File, snapshot: ReplaySnapshot) -> None:
     group = file.create_group("replay")
     names = []
     for name, value in state.items():
-        if name == _REPLAY_DATASETS or "/" in name:
+        if name == REPLAY_DATASETS or "/" in name:
             raise ValueError(f"a replay state cannot have a value named {name!r}")
         if isinstance(value, np.ndarray):
             dataset = group.create_dataset(name, data=value)
-            dataset.attrs["crc32"] = _crc32(value)
+            dataset.attrs["crc32"] = crc32(value)
             names.append(name)
         else:
             group.attrs[name] = value
-    group.attrs[_REPLAY_DATASETS] = json.dumps(names)
+    group.attrs[REPLAY_DATASETS] = json.dumps(names)
 
 
 def _fsync_path(path: str, directory: bool = False) -> None:
@@ -247,24 +245,6 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> str:
 # Reading ---------------------------------------------------------------------------------
 
 
-_WEIGHTS_WHAT_TO_DO = (
-    "If it is still being written or copied, wait until it is complete; otherwise load an "
-    "earlier file (save_weights and CheckpointCallback write through a temporary file and a "
-    "rename, so their own files are never half-written)."
-)
-
-
-def _open(path: str, what_to_do: str = _WHAT_TO_DO) -> h5py.File:
-    try:
-        return h5py.File(path, "r")
-    except OSError as exc:
-        raise CorruptCheckpointError(
-            path,
-            f"{path} cannot be read: it is truncated or corrupted, or not an HDF5 file "
-            f"(h5py: {exc}). {what_to_do}",
-        ) from exc
-
-
 def is_checkpoint_file(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is an r2d2-agent checkpoint (else, e.g., a Keras weights file).
 
@@ -275,14 +255,14 @@ def is_checkpoint_file(path: str | os.PathLike[str]) -> bool:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise MissingCheckpointError(path, f"weights file {path} does not exist")
-    with _open(path, _WEIGHTS_WHAT_TO_DO) as file:
+    with open_file(path, WEIGHTS_WHAT_TO_DO) as file:
         return file.attrs.get("format") == FORMAT_NAME
 
 
 def _read_arrays(file: h5py.File, group_name: str, path: str) -> tuple[list[np.ndarray], list]:
     if group_name not in file:
         raise CorruptCheckpointError(
-            path, f"checkpoint {path} has no '{group_name}' group: it is incomplete. {_WHAT_TO_DO}"
+            path, f"checkpoint {path} has no '{group_name}' group: it is incomplete. {WHAT_TO_DO}"
         )
     group = file[group_name]
     count = int(group.attrs["count"])
@@ -294,59 +274,11 @@ def _read_arrays(file: h5py.File, group_name: str, path: str) -> tuple[list[np.n
             raise CorruptCheckpointError(
                 path,
                 f"checkpoint {path} is corrupted: {group_name}/{i:04d} "
-                f"({dataset.attrs.get('name', '')}) fails its checksum. {_WHAT_TO_DO}",
+                f"({dataset.attrs.get('name', '')}) fails its checksum. {WHAT_TO_DO}",
             )
         arrays.append(array)
         names.append(str(dataset.attrs.get("name", "")))
     return arrays, names
-
-
-def _plain(value: Any) -> Any:
-    """An HDF5 attribute as the plain Python value it was written from."""
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value
-
-
-def _replay_datasets(group: h5py.Group, path: str) -> list[h5py.Dataset]:
-    """The datasets /replay lists, all present (else the file is incomplete)."""
-    names = json.loads(group.attrs[_REPLAY_DATASETS])
-    missing = [name for name in names if name not in group]
-    if missing:
-        raise CorruptCheckpointError(
-            path,
-            f"checkpoint {path} is corrupted: replay/{missing[0]} is missing. {_WHAT_TO_DO}",
-        )
-    return [group[name] for name in names]
-
-
-def _replay_checksum_failed(path: str, dataset: h5py.Dataset) -> CorruptCheckpointError:
-    name = dataset.name.lstrip("/")
-    return CorruptCheckpointError(
-        path,
-        f"checkpoint {path} is corrupted: {name} (the replay memory) fails its checksum. "
-        f"{_WHAT_TO_DO}",
-    )
-
-
-def _verify_streaming(dataset: h5py.Dataset, path: str) -> None:
-    """Checks a dataset's CRC reading at most `_CRC_CHUNK_BYTES` at a time."""
-    if dataset.ndim == 0 or dataset.size == 0:
-        crc = _crc32(np.asarray(dataset[()]))
-    else:
-        row_bytes = max(1, dataset.size // dataset.shape[0] * dataset.dtype.itemsize)
-        step = max(1, _CRC_CHUNK_BYTES // row_bytes)
-        crc = 0
-        for start in range(0, dataset.shape[0], step):
-            crc = _crc32(dataset[start : start + step], crc)
-    if crc != int(dataset.attrs["crc32"]):
-        raise _replay_checksum_failed(path, dataset)
 
 
 def _read_replay_summary(file: h5py.File, path: str, verify: bool) -> ReplaySnapshot | None:
@@ -355,11 +287,11 @@ def _read_replay_summary(file: h5py.File, path: str, verify: bool) -> ReplaySnap
     if "replay" not in file:
         return None
     group = file["replay"]
-    datasets = _replay_datasets(group, path)
+    datasets = replay_datasets(group, path)
     if verify:
         for dataset in datasets:
-            _verify_streaming(dataset, path)
-    scalars = {k: _plain(v) for k, v in group.attrs.items() if k != _REPLAY_DATASETS}
+            verify_streaming(dataset, path)
+    scalars = {k: plain(v) for k, v in group.attrs.items() if k != REPLAY_DATASETS}
     nbytes = sum(int(d.size) * d.dtype.itemsize for d in datasets)
     return ReplaySnapshot(scalars=scalars, arrays=None, path=path, nbytes=nbytes)
 
@@ -424,23 +356,18 @@ def read_checkpoint(path: str | os.PathLike[str], verify_replay: bool = True) ->
             incomplete, or not an r2d2-agent checkpoint.
     """
     file_path = resolve_checkpoint(path)
-    with _open(file_path) as file:
+    with open_file(file_path) as file:
         try:
             return _read(file, file_path, verify_replay)
         except CheckpointError:
             raise
         except (OSError, KeyError, ValueError, TypeError) as exc:
-            raise _corrupt(file_path, exc) from exc
-
-
-def _corrupt(path: str, exc: Exception) -> CorruptCheckpointError:
-    return CorruptCheckpointError(
-        path, f"checkpoint {path} is corrupted ({type(exc).__name__}: {exc}). {_WHAT_TO_DO}"
-    )
+            raise corrupt(file_path, exc) from exc
 
 
 def read_replay(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Reads the replay memory of a checkpoint file, checksums checked.
+    """Reads the replay memory of a checkpoint file (or of a directory's latest),
+    checksums checked.
 
     Returns:
         The state `SequenceReplay.export_state` gave (`SequenceReplay.restore_state`
@@ -451,24 +378,4 @@ def read_replay(path: str | os.PathLike[str]) -> dict[str, Any]:
         CorruptCheckpointError: If it holds no replay, or a replay dataset is missing or
             fails its checksum.
     """
-    file_path = resolve_checkpoint(path)
-    with _open(file_path) as file:
-        try:
-            if "replay" not in file:
-                raise CorruptCheckpointError(
-                    file_path, f"checkpoint {file_path} holds no replay memory"
-                )
-            group = file["replay"]
-            state: dict[str, Any] = {
-                k: _plain(v) for k, v in group.attrs.items() if k != _REPLAY_DATASETS
-            }
-            for dataset in _replay_datasets(group, file_path):
-                array = np.asarray(dataset[()], order="C")
-                if _crc32(array) != int(dataset.attrs["crc32"]):
-                    raise _replay_checksum_failed(file_path, dataset)
-                state[dataset.name.rsplit("/", 1)[-1]] = array
-            return state
-        except CheckpointError:
-            raise
-        except (OSError, KeyError, ValueError, TypeError) as exc:
-            raise _corrupt(file_path, exc) from exc
+    return load_replay(resolve_checkpoint(path))

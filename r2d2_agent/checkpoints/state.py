@@ -1,4 +1,4 @@
-"""What a checkpoint holds, and the errors reading one raises.
+"""What a checkpoint holds.
 
 A `TrainingState` is everything a learner needs to continue where a run stopped: the
 online and target weights, the optimizer's state (Adam's iteration count and slots), the
@@ -16,50 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from r2d2_agent.checkpoints.h5format import load_replay
+
 __all__ = [
-    "CheckpointError",
-    "CorruptCheckpointError",
-    "IncompatibleCheckpointError",
-    "MissingCheckpointError",
     "ReplaySnapshot",
     "TrainingCounters",
     "TrainingState",
     "spread_counts",
 ]
-
-
-class CheckpointError(Exception):
-    """A checkpoint cannot be used; the message names the file and what is wrong.
-
-    Attributes:
-        path: The checkpoint file or directory.
-    """
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(message)
-        self.path = path
-
-
-class MissingCheckpointError(CheckpointError, FileNotFoundError):
-    """The checkpoint file does not exist, or a directory holds no checkpoint."""
-
-
-class CorruptCheckpointError(CheckpointError, OSError):
-    """The file is truncated, corrupted or not an r2d2-agent checkpoint."""
-
-
-class IncompatibleCheckpointError(CheckpointError, ValueError):
-    """The checkpoint was written for a network of another shape.
-
-    Attributes:
-        mismatches: Field name -> (value in the checkpoint, value now).
-    """
-
-    def __init__(
-        self, path: str, message: str, mismatches: dict[str, tuple[Any, Any]] | None = None
-    ) -> None:
-        super().__init__(path, message)
-        self.mismatches = dict(mismatches or {})
 
 
 def _check_count(name: str, value: Any) -> int:
@@ -199,9 +163,7 @@ class ReplaySnapshot:
             return {**self.scalars, **self.arrays}
         if self.path is None:
             raise ValueError("this ReplaySnapshot holds no arrays and names no file")
-        from r2d2_agent.checkpoints.h5file import read_replay
-
-        return read_replay(self.path)
+        return load_replay(self.path)
 
 
 @dataclass(frozen=True)
