@@ -199,6 +199,65 @@ def test_a_changed_learning_rate_is_compatible(written, config):
     check_compatible(read_checkpoint(path), config.replace(learning_rate=5e-4))
 
 
+# ----------------------------------------------------------------- damaged files ----
+def flip_unique(path, pattern: bytes) -> None:
+    """Flips the first byte of `pattern`, which the file must hold exactly once."""
+    data = bytearray(open(path, "rb").read())
+    assert data.count(pattern) == 1, pattern
+    data[data.index(pattern)] ^= 0xFF
+    open(path, "wb").write(data)
+
+
+def test_a_damaged_counter_attribute_is_refused(written):
+    path, _ = written
+    flip_unique(path, np.int64(1000).tobytes())  # env_steps, an attribute of /counters
+    with pytest.raises(CorruptCheckpointError, match=r"ckpt\.h5 is corrupted: its metadata"):
+        read_checkpoint(path)
+
+
+def test_a_damaged_header_is_refused(written):
+    path, _ = written
+    flip_unique(path, b'"metadata_crc32"')
+    with pytest.raises(CorruptCheckpointError, match=r"ckpt\.h5 is corrupted: its header"):
+        read_checkpoint(path)
+
+
+def test_bytes_appended_to_a_checkpoint_are_refused(written):
+    path, _ = written
+    with open(path, "ab") as file:
+        file.write(b"\0" * 16)
+    with pytest.raises(CorruptCheckpointError, match=r"ckpt\.h5 is corrupted: it holds \d+ bytes"):
+        read_checkpoint(path)
+
+
+def _as_format_1(path, target) -> None:
+    """Copies a checkpoint as format version 1 wrote it: the same HDF5 content, no header."""
+    with h5py.File(path, "r") as source, h5py.File(target, "w") as copy:
+        for name in source:
+            source.copy(source[name], copy, name=name)
+        copy.attrs.update(source.attrs)
+        copy.attrs["format_version"] = 1
+
+
+def test_a_format_1_checkpoint_without_the_header_still_loads(written, tmp_path):
+    path, state = written
+    old = tmp_path / "old.h5"
+    _as_format_1(path, old)
+    read = read_checkpoint(old)
+    assert read.counters == state.counters and read.config == state.config
+    np.testing.assert_array_equal(read.online_weights[1], state.online_weights[1])
+
+
+def test_a_format_2_checkpoint_that_lost_its_header_is_refused(written, tmp_path):
+    path, _ = written
+    headless = tmp_path / "headless.h5"
+    _as_format_1(path, headless)
+    with h5py.File(headless, "r+") as file:
+        file.attrs["format_version"] = 2
+    with pytest.raises(CorruptCheckpointError, match="lacks the header of version 2"):
+        read_checkpoint(headless)
+
+
 # ----------------------------------------------------------------- a killed writer ---
 WRITER = textwrap.dedent(
     """

@@ -9,6 +9,7 @@ mismatching replays are refused with errors naming the file and the field.
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import h5py
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from r2d2_agent.checkpoints import (
+    CheckpointError,
     CorruptCheckpointError,
     IncompatibleCheckpointError,
     ReplaySnapshot,
@@ -223,6 +225,120 @@ def test_a_replay_of_another_memory_capacity_is_incompatible_naming_it(config):
 def test_weights_of_a_checkpoint_with_another_replay_still_load(config):
     state = state_with(config, make_replay(config, None))
     check_compatible(state, config.replace(memory_capacity=32), replay=False)
+
+
+# ----------------------------------------------------------------- damaged files ----
+def flip_unique(path, pattern: bytes, at: int = 0) -> None:
+    """Flips byte `at` of `pattern`, which the file must hold exactly once."""
+    data = bytearray(open(path, "rb").read())
+    assert data.count(pattern) == 1, pattern
+    data[data.index(pattern) + at] ^= 0xFF
+    open(path, "wb").write(data)
+
+
+def test_a_checkpoint_whose_replay_group_lost_its_name_is_refused_not_loaded_without_it(
+    config, tmp_path
+):
+    path = write_checkpoint(tmp_path / "ckpt.h5", state_with(config, filled_replay(config, None)))
+    flip_unique(path, b"\0replay\0", at=1)  # the link /replay, in HDF5's heap of names
+    with pytest.raises(CorruptCheckpointError, match=r"ckpt\.h5 is corrupted: its metadata"):
+        read_checkpoint(path)
+
+
+def test_a_damaged_replay_scalar_is_refused(config, tmp_path):
+    replay = filled_replay(config, None)
+    replay.dropped = 987_654_321  # a value found once in the file
+    path = write_checkpoint(tmp_path / "ckpt.h5", state_with(config, replay))
+    flip_unique(path, np.int64(987_654_321).tobytes())
+    with pytest.raises(CorruptCheckpointError, match=r"ckpt\.h5 is corrupted: its metadata"):
+        read_checkpoint(path)
+
+
+def _regions(path) -> list[tuple[int, int]]:
+    """(start, end) of every dataset's bytes and of every range of the file around them
+    (the header, HDF5's structure, the attributes)."""
+    extents = []
+    with h5py.File(path, "r") as file:
+
+        def visit(_, item):
+            if isinstance(item, h5py.Dataset) and item.id.get_storage_size():
+                extents.append((item.id.get_offset(), item.id.get_storage_size()))
+
+        file.visititems(visit)
+    bounds = sorted({0, os.path.getsize(path)} | {b for o, n in extents for b in (o, o + n)})
+    return list(zip(bounds[:-1], bounds[1:], strict=False))
+
+
+def _fuzz_offsets(path, random_count: int, seed: int) -> list[int]:
+    """The first, middle and last byte of every region, every 8th byte of the first 1 KB
+    (the header and HDF5's superblock), and `random_count` offsets drawn with `seed`."""
+    size = os.path.getsize(path)
+    chosen = {
+        offset for start, end in _regions(path) for offset in (start, (start + end) // 2, end - 1)
+    }
+    chosen |= set(range(0, min(size, 1024), 8))
+    chosen |= {int(o) for o in np.random.default_rng(seed).integers(0, size, random_count)}
+    return sorted(chosen)
+
+
+def _same_state(read: TrainingState, written: TrainingState) -> bool:
+    for name in ("online_weights", "target_weights", "optimizer_weights"):
+        mine, theirs = getattr(read, name), getattr(written, name)
+        if len(mine) != len(theirs) or not all(
+            a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True)
+        ):
+            return False
+    return all(
+        getattr(read, name) == getattr(written, name)
+        for name in ("weight_names", "optimizer_names", "counters", "config", "library_version")
+    )
+
+
+def _same_replay(read: dict, written: dict) -> bool:
+    return read.keys() == written.keys() and all(
+        np.array_equal(value, written[key])
+        and getattr(value, "dtype", None) == getattr(written[key], "dtype", None)
+        if isinstance(value, np.ndarray)
+        else value == written[key] and type(value) is type(written[key])
+        for key, value in read.items()
+    )
+
+
+@COMPRESSION
+def test_every_byte_flip_in_a_checkpoint_is_refused_or_loads_identically(
+    config, compression, tmp_path
+):
+    """Flips one byte at a time across a whole checkpoint with a replay: each load gives
+    exactly what was written (weights, optimizer, counters, config, replay) or is refused
+    with a `CheckpointError` naming the file, never anything else."""
+    replay = filled_replay(config, compression)
+    written = state_with(config, replay)
+    written_replay = replay.export_state()
+    path = write_checkpoint(tmp_path / "ckpt.h5", written)
+    original = open(path, "rb").read()
+    damaged = tmp_path / "damaged.h5"
+    wrong = []
+    offsets = _fuzz_offsets(path, random_count=60, seed=0)
+    for offset in offsets:
+        data = bytearray(original)
+        data[offset] ^= 0xFF
+        damaged.write_bytes(data)
+        try:
+            state = read_checkpoint(damaged)
+            loaded = state.replay.load() if state.replay is not None else None
+        except CheckpointError as exc:
+            if exc.path != str(damaged) or str(damaged) not in str(exc):
+                wrong.append((offset, f"{exc!r} does not name the file"))
+            continue
+        except Exception as exc:  # noqa: BLE001  (what the test looks for)
+            wrong.append((offset, repr(exc)))
+            continue
+        if not _same_state(state, written) or loaded is None:
+            wrong.append((offset, "loaded other weights, counters or config, or no replay"))
+        elif not _same_replay(loaded, written_replay):
+            wrong.append((offset, "loaded another replay"))
+    assert len(offsets) > 200
+    assert not wrong, f"{len(wrong)} of {len(offsets)} flips: {wrong[:5]}"
 
 
 # ----------------------------------------------------------------- validation -------

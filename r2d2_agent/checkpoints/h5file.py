@@ -1,8 +1,11 @@
 """Checkpoint files: one HDF5 file each, written atomically, read with clear errors.
 
-Layout of a checkpoint (format version 1)::
+Layout of a checkpoint (format version 2)::
 
-    /                 attrs: format = "r2d2-agent checkpoint", format_version = 1,
+    header            the first 512+ bytes (HDF5's user block): the format's name, the
+                      extents of the checksummed datasets and the CRC-32 of all the rest,
+                      with its own CRC (`h5format`)
+    /                 attrs: format = "r2d2-agent checkpoint", format_version = 2,
                              library_version, created (Unix time), config (JSON text of
                              `R2D2Config.to_dict()`)
     /online/0000 ...  the online network's weights, `get_weights()` order
@@ -16,14 +19,17 @@ Layout of a checkpoint (format version 1)::
                       `SequenceReplay.export_state()` flattened: its scalars as attrs
                       (plus `datasets`, the JSON list of its arrays), each array a dataset
                       of that name (attrs crc32), e.g. sequences.items.actions,
-                      sequences.leaves (the sum tree's priorities), frames.rows. A reader
-                      that does not know it ignores it (format version 1 still).
+                      sequences.leaves (the sum tree's priorities), frames.rows.
 
-Every dataset carries the CRC-32 of its bytes, checked on reading, so a corrupted file
-is refused instead of loaded. Loading uses h5py only: no pickle, no code from the file.
-`read_checkpoint` checks the replay's checksums (streaming, without keeping it) and leaves
-its arrays in the file; `ReplaySnapshot.load` (`read_replay`) reads them when a learner
-restores them.
+Every byte is covered by a checksum: each big dataset carries the CRC-32 of its bytes,
+checked when it is read, and the header holds the CRC-32 of everything else (HDF5's
+structure, every attribute, the counters), checked before HDF5 parses the file. So a
+damaged file is refused with `CorruptCheckpointError` naming it, never loaded in part
+(e.g. without its replay) or with other counters. Loading uses h5py only: no pickle, no
+code from the file. `read_checkpoint` checks the replay's checksums (streaming, without
+keeping it) and leaves its arrays in the file; `ReplaySnapshot.load` (`read_replay`)
+reads them when a learner restores them. Files of format version 1 (no header) are still
+read, their datasets' checksums checked.
 
 Writing goes to a temporary file in the same directory, which is flushed, fsynced and
 renamed over the target (an atomic step on POSIX), then the directory is fsynced: a
@@ -39,7 +45,6 @@ import logging
 import os
 import re
 import time
-import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,15 +59,19 @@ from r2d2_agent.checkpoints.errors import (
 from r2d2_agent.checkpoints.h5format import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    PARSE_ERRORS,
     REPLAY_DATASETS,
     WEIGHTS_WHAT_TO_DO,
     WHAT_TO_DO,
     corrupt,
     crc32,
+    is_sealed,
     load_replay,
-    open_file,
+    open_checkpoint,
     plain,
     replay_datasets,
+    seal,
+    userblock_size,
     verify_streaming,
 )
 from r2d2_agent.checkpoints.state import ReplaySnapshot, TrainingCounters, TrainingState
@@ -110,9 +119,8 @@ def _write_arrays(
         dataset.attrs["name"] = names[i] if i < len(names) else ""
 
 
-def _write_replay(file: h5py.File, snapshot: ReplaySnapshot) -> None:
+def _write_replay(file: h5py.File, state: dict[str, Any]) -> None:
     """The replay's scalars as attrs of /replay, each array as a dataset with its CRC."""
-    state = snapshot.load()
     group = file.create_group("replay")
     names = []
     for name, value in state.items():
@@ -154,8 +162,11 @@ def write_checkpoint(path: str | os.PathLike[str], state: TrainingState) -> str:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    replay = state.replay.load() if state.replay is not None else None
+    nb_datasets = len(state.online_weights) + len(state.target_weights)
+    nb_datasets += len(state.optimizer_weights) + 2 + len(replay or ())
     try:
-        with h5py.File(tmp, "w") as file:
+        with h5py.File(tmp, "w", userblock_size=userblock_size(nb_datasets)) as file:
             file.attrs["format"] = FORMAT_NAME
             file.attrs["format_version"] = FORMAT_VERSION
             file.attrs["library_version"] = state.library_version or __version__
@@ -170,8 +181,9 @@ def write_checkpoint(path: str | os.PathLike[str], state: TrainingState) -> str:
             for name in ("actor_env_steps", "actor_episodes"):
                 values = np.asarray(getattr(state.counters, name), dtype=np.int64)
                 counters.create_dataset(name, data=values)
-            if state.replay is not None:
-                _write_replay(file, state.replay)
+            if replay is not None:
+                _write_replay(file, replay)
+        seal(tmp)
         _fsync_path(tmp)
         os.replace(tmp, path)
         _fsync_path(directory, directory=True)
@@ -255,8 +267,11 @@ def is_checkpoint_file(path: str | os.PathLike[str]) -> bool:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise MissingCheckpointError(path, f"weights file {path} does not exist")
-    with open_file(path, WEIGHTS_WHAT_TO_DO) as file:
-        return file.attrs.get("format") == FORMAT_NAME
+    with open_checkpoint(path, WEIGHTS_WHAT_TO_DO) as file:
+        try:
+            return plain(file.attrs.get("format")) == FORMAT_NAME
+        except PARSE_ERRORS as exc:
+            raise corrupt(path, exc) from exc
 
 
 def _read_arrays(file: h5py.File, group_name: str, path: str) -> tuple[list[np.ndarray], list]:
@@ -270,7 +285,7 @@ def _read_arrays(file: h5py.File, group_name: str, path: str) -> tuple[list[np.n
     for i in range(count):
         dataset = group[f"{i:04d}"]
         array = np.asarray(dataset[()], order="C")
-        if zlib.crc32(array.tobytes()) != int(dataset.attrs["crc32"]):
+        if crc32(array) != int(dataset.attrs["crc32"]):
             raise CorruptCheckpointError(
                 path,
                 f"checkpoint {path} is corrupted: {group_name}/{i:04d} "
@@ -310,6 +325,12 @@ def _read(file: h5py.File, path: str, verify_replay: bool = True) -> TrainingSta
             path,
             f"checkpoint {path} has format version {version}, newer than this library's "
             f"{FORMAT_VERSION}: upgrade r2d2-agent to read it",
+        )
+    if version != (FORMAT_VERSION if is_sealed(file) else 1):
+        raise CorruptCheckpointError(
+            path,
+            f"checkpoint {path} is corrupted: it says format version {version} but "
+            f"{'has' if is_sealed(file) else 'lacks'} the header of version 2. {WHAT_TO_DO}",
         )
     config = json.loads(file.attrs["config"])
     online, weight_names = _read_arrays(file, "online", path)
@@ -356,12 +377,12 @@ def read_checkpoint(path: str | os.PathLike[str], verify_replay: bool = True) ->
             incomplete, or not an r2d2-agent checkpoint.
     """
     file_path = resolve_checkpoint(path)
-    with open_file(file_path) as file:
+    with open_checkpoint(file_path) as file:
         try:
             return _read(file, file_path, verify_replay)
         except CheckpointError:
             raise
-        except (OSError, KeyError, ValueError, TypeError) as exc:
+        except PARSE_ERRORS as exc:
             raise corrupt(file_path, exc) from exc
 
 

@@ -1,8 +1,27 @@
 """The checkpoint file's format, shared by writing and reading (h5py, no TensorFlow).
 
-Names and marks of the format, the CRC-32 of arrays, opening a file with an error that
-names it, attributes as plain values, and reading the replay group (`load_replay`, which
-`ReplaySnapshot.load` calls). The layout itself is described in `h5file`.
+A checkpoint (format version 2) is an HDF5 file behind a header that HDF5 leaves alone
+(its "user block", the first 512 bytes or more): three lines of text, then zeros::
+
+    r2d2-agent checkpoint
+    {"format_version": 2, "userblock": 4096, "file_bytes": ..., "data_extents":
+     [[offset, bytes], ...], "metadata_crc32": ...}
+    <CRC-32 of the two lines above>
+
+`data_extents` are where the bytes of the datasets that carry their own CRC-32 (an attr
+`crc32`: weights, optimizer variables, replay arrays) lie; `metadata_crc32` is the CRC-32
+of every other byte after the header: HDF5's structure (superblock, object headers,
+links), every attribute (the config, the counters, the replay's scalars, each dataset's
+`crc32`) and the small datasets without a CRC of their own. So every byte of the file is
+covered by a checksum, and `open_checkpoint` checks the header and the metadata before
+HDF5 parses anything: a damaged file is refused with `CorruptCheckpointError` (HDF5 is
+not robust to damaged structure: it can raise anything, or crash the process), and a
+dataset's bytes are checked against its `crc32` when it is read. Files of format version
+1 (no header; written before it existed) are still read, with the datasets' CRCs only.
+
+Also here: the CRC-32 of arrays, attributes as plain values, and reading the replay
+group (`load_replay`, which `ReplaySnapshot.load` calls). The HDF5 layout itself is
+described in `h5file`.
 """
 
 from __future__ import annotations
@@ -10,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import h5py
@@ -24,20 +44,31 @@ from r2d2_agent.checkpoints.errors import (
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "load_replay"]
 
 FORMAT_NAME = "r2d2-agent checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Format version written: 2 adds the header with the metadata checksum (`seal`)."""
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+_MAGIC = (FORMAT_NAME + "\n").encode()
+_MAX_USERBLOCK = 1 << 24  # a header larger than this is damaged, not read
+_EXTENT_CHARS = 30  # room for one "[offset, bytes], " of the header's JSON
 
 WHAT_TO_DO = (
     "Resume from an earlier checkpoint (CheckpointCallback keeps the last few in the same "
     "directory) or start without resume_from."
 )
 REPLAY_DATASETS = "datasets"  # attr of /replay: the JSON list of its datasets
-_CRC_CHUNK_BYTES = 64 << 20  # checksums of replay datasets are computed this much at a time
-
-
-def crc32(array: np.ndarray, value: int = 0) -> int:
-    """CRC-32 of an array's bytes in C order (that of `array.tobytes()`), without a copy
-    when the array is contiguous."""
-    return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8), value)
+_CRC_CHUNK_BYTES = 64 << 20  # checksums of big datasets are computed this much at a time
+PARSE_ERRORS = (
+    OSError,
+    LookupError,
+    ValueError,
+    TypeError,
+    RuntimeError,
+    AttributeError,
+    ArithmeticError,
+)
+"""What h5py, numpy and json raise on a file that is not what it should be; reading maps
+each to `CorruptCheckpointError`."""
 
 
 WEIGHTS_WHAT_TO_DO = (
@@ -47,15 +78,194 @@ WEIGHTS_WHAT_TO_DO = (
 )
 
 
-def open_file(path: str, what_to_do: str = WHAT_TO_DO) -> h5py.File:
+def corrupt(path: str, exc: Exception) -> CorruptCheckpointError:
+    """The error for a file whose reading raised `exc` (one of `PARSE_ERRORS`)."""
+    return CorruptCheckpointError(
+        path, f"checkpoint {path} is corrupted ({type(exc).__name__}: {exc}). {WHAT_TO_DO}"
+    )
+
+
+# The header: written last, checked first ------------------------------------------------
+
+
+def userblock_size(nb_datasets: int) -> int:
+    """The header's room (HDF5's user block: a power of two >= 512) for a file of
+    `nb_datasets` datasets."""
+    needed = 512 + _EXTENT_CHARS * nb_datasets
+    return 1 << max(9, (needed - 1).bit_length())
+
+
+def _data_extents(file: h5py.File) -> list[list[int]]:
+    """[offset, bytes] of the bytes of every dataset that carries its own `crc32`,
+    ascending, adjacent ones merged."""
+    extents = []
+
+    def visit(_: str, item: Any) -> None:
+        if isinstance(item, h5py.Dataset) and "crc32" in item.attrs:
+            size = item.id.get_storage_size()
+            if size:
+                extents.append([int(item.id.get_offset()), int(size)])
+
+    file.visititems(visit)
+    merged: list[list[int]] = []
+    for offset, size in sorted(extents):
+        if merged and merged[-1][0] + merged[-1][1] == offset:
+            merged[-1][1] += size
+        else:
+            merged.append([offset, size])
+    return merged
+
+
+def _gaps(start: int, end: int, extents: list[list[int]]) -> Iterator[tuple[int, int]]:
+    """(offset, bytes) of the ranges of [start, end) outside `extents` (ascending)."""
+    position = start
+    for offset, size in extents:
+        if offset > position:
+            yield position, offset - position
+        position = max(position, offset + size)
+    if end > position:
+        yield position, end - position
+
+
+def _crc_of_ranges(handle: Any, ranges: Iterator[tuple[int, int]]) -> int:
+    crc = 0
+    for offset, size in ranges:
+        handle.seek(offset)
+        while size > 0:
+            chunk = handle.read(min(size, _CRC_CHUNK_BYTES))
+            if not chunk:
+                raise EOFError(f"the file ends at {handle.tell()}, inside its metadata")
+            crc = zlib.crc32(chunk, crc)
+            size -= len(chunk)
+    return crc
+
+
+def seal(path: str) -> None:
+    """Writes the header into the user block of the closed HDF5 file `path` (created with
+    `userblock_size`): the datasets' extents and the CRC-32 of everything else.
+
+    Raises:
+        RuntimeError: If the user block is too small for the header (a bug).
+    """
+    with h5py.File(path, "r") as file:
+        userblock = int(file.userblock_size)
+        extents = _data_extents(file)
+    file_bytes = os.path.getsize(path)
+    with open(path, "r+b") as handle:
+        metadata_crc = _crc_of_ranges(handle, _gaps(userblock, file_bytes, extents))
+        fields = {
+            "format_version": FORMAT_VERSION,
+            "userblock": userblock,
+            "file_bytes": file_bytes,
+            "data_extents": extents,
+            "metadata_crc32": metadata_crc,
+        }
+        text = _MAGIC + json.dumps(fields, separators=(",", ":")).encode() + b"\n"
+        header = text + f"{zlib.crc32(text)}\n".encode()
+        if len(header) > userblock:
+            raise RuntimeError(f"a checkpoint header of {len(header)} bytes > {userblock}")
+        handle.seek(0)
+        handle.write(header)
+
+
+def _unreadable(path: str, what: str) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        path, f"{path} cannot be read: it is truncated or corrupted ({what}). {WHAT_TO_DO}"
+    )
+
+
+def _damaged(path: str, what: str) -> CorruptCheckpointError:
+    return CorruptCheckpointError(path, f"checkpoint {path} is corrupted: {what}. {WHAT_TO_DO}")
+
+
+def _read_header(path: str, handle: Any) -> dict[str, Any]:
+    """The header's fields, checked: its own CRC, its zero padding, the file's size."""
+    file_bytes = os.fstat(handle.fileno()).st_size
+    start = handle.read(min(file_bytes, _MAX_USERBLOCK))
+    lines = start.split(b"\n", 3)
+    if len(lines) < 4 or not lines[2].isdigit():
+        raise _unreadable(path, f"its {FORMAT_NAME!r} header is incomplete")
+    text = lines[0] + b"\n" + lines[1] + b"\n"
+    if zlib.crc32(text) != int(lines[2]):
+        raise _damaged(path, "its header fails its checksum")
+    fields = json.loads(lines[1])
+    version = int(fields["format_version"])
+    if version > FORMAT_VERSION:
+        raise CorruptCheckpointError(
+            path,
+            f"checkpoint {path} has format version {version}, newer than this library's "
+            f"{FORMAT_VERSION}: upgrade r2d2-agent to read it",
+        )
+    written = int(fields["file_bytes"])
+    if file_bytes < written:
+        raise _unreadable(path, f"{file_bytes} of the {written} bytes written")
+    if file_bytes > written:
+        raise _damaged(path, f"it holds {file_bytes} bytes, {written} were written")
+    userblock = int(fields["userblock"])
+    header_bytes = len(text) + len(lines[2]) + 1
+    if header_bytes > userblock or userblock > len(start):
+        raise _damaged(path, f"its header does not fit its {userblock}-byte block")
+    if start[header_bytes:userblock].strip(b"\0"):
+        raise _damaged(path, "its header block holds bytes after the header")
+    return fields
+
+
+def _check_metadata(path: str, handle: Any, fields: dict[str, Any]) -> None:
+    """Checks the CRC-32 of every byte after the header outside the datasets' extents."""
+    extents = [[int(offset), int(size)] for offset, size in fields["data_extents"]]
+    crc = _crc_of_ranges(handle, _gaps(int(fields["userblock"]), fields["file_bytes"], extents))
+    if crc != int(fields["metadata_crc32"]):
+        raise _damaged(
+            path,
+            "its metadata (HDF5's structure, the attributes: config, counters, the "
+            "replay's scalars, the datasets' checksums) fails its checksum",
+        )
+
+
+def open_checkpoint(path: str, what_to_do: str = WHAT_TO_DO) -> h5py.File:
+    """Opens a checkpoint file for reading, its header and metadata checked first (format
+    2); a plain HDF5 file (format 1, or not a checkpoint at all) opens as it is.
+
+    Raises:
+        CorruptCheckpointError: Naming the file, if it is neither, or damaged.
+    """
     try:
+        with open(path, "rb") as handle:
+            if handle.read(len(_MAGIC)) == _MAGIC:
+                handle.seek(0)
+                _check_metadata(path, handle, _read_header(path, handle))
+            else:
+                handle.seek(0)
+                if handle.read(len(HDF5_SIGNATURE)) != HDF5_SIGNATURE:
+                    raise CorruptCheckpointError(
+                        path,
+                        f"{path} cannot be read: it is truncated or corrupted, or not an "
+                        f"HDF5 file (it starts with neither the {FORMAT_NAME!r} header nor "
+                        f"HDF5's signature). {what_to_do}",
+                    )
         return h5py.File(path, "r")
-    except OSError as exc:
+    except CheckpointError:
+        raise
+    except PARSE_ERRORS as exc:
         raise CorruptCheckpointError(
             path,
             f"{path} cannot be read: it is truncated or corrupted, or not an HDF5 file "
-            f"(h5py: {exc}). {what_to_do}",
+            f"({type(exc).__name__}: {exc}). {what_to_do}",
         ) from exc
+
+
+def is_sealed(file: h5py.File) -> bool:
+    """Whether an open checkpoint has the header (format 2), i.e. was checked on opening."""
+    return int(file.userblock_size) > 0
+
+
+# Values and datasets ---------------------------------------------------------------------
+
+
+def crc32(array: np.ndarray, value: int = 0) -> int:
+    """CRC-32 of an array's bytes in C order (that of `array.tobytes()`), without a copy
+    when the array is contiguous."""
+    return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8), value)
 
 
 def plain(value: Any) -> Any:
@@ -76,20 +286,13 @@ def replay_datasets(group: h5py.Group, path: str) -> list[h5py.Dataset]:
     names = json.loads(group.attrs[REPLAY_DATASETS])
     missing = [name for name in names if name not in group]
     if missing:
-        raise CorruptCheckpointError(
-            path,
-            f"checkpoint {path} is corrupted: replay/{missing[0]} is missing. {WHAT_TO_DO}",
-        )
+        raise _damaged(path, f"replay/{missing[0]} is missing")
     return [group[name] for name in names]
 
 
 def replay_checksum_failed(path: str, dataset: h5py.Dataset) -> CorruptCheckpointError:
     name = dataset.name.lstrip("/")
-    return CorruptCheckpointError(
-        path,
-        f"checkpoint {path} is corrupted: {name} (the replay memory) fails its checksum. "
-        f"{WHAT_TO_DO}",
-    )
+    return _damaged(path, f"{name} (the replay memory) fails its checksum")
 
 
 def verify_streaming(dataset: h5py.Dataset, path: str) -> None:
@@ -106,47 +309,38 @@ def verify_streaming(dataset: h5py.Dataset, path: str) -> None:
         raise replay_checksum_failed(path, dataset)
 
 
-def corrupt(path: str, exc: Exception) -> CorruptCheckpointError:
-    return CorruptCheckpointError(
-        path, f"checkpoint {path} is corrupted ({type(exc).__name__}: {exc}). {WHAT_TO_DO}"
-    )
-
-
 def load_replay(path: str) -> dict[str, Any]:
     """Reads the replay memory of a checkpoint file, checksums checked.
+
+    Args:
+        path: A checkpoint file.
 
     Returns:
         The state `SequenceReplay.export_state` gave (`SequenceReplay.restore_state`
         takes it): numpy arrays and plain ints, floats and strs.
 
-    Args:
-        path: A checkpoint file.
-
     Raises:
         MissingCheckpointError: If the file does not exist.
-        CorruptCheckpointError: If it holds no replay, or a replay dataset is missing or
-            fails its checksum.
+        CorruptCheckpointError: If it is damaged, holds no replay, or a replay dataset is
+            missing or fails its checksum.
     """
     if not os.path.isfile(path):
         raise MissingCheckpointError(path, f"checkpoint {path} does not exist")
-    file_path = path
-    with open_file(file_path) as file:
+    with open_checkpoint(path) as file:
         try:
             if "replay" not in file:
-                raise CorruptCheckpointError(
-                    file_path, f"checkpoint {file_path} holds no replay memory"
-                )
+                raise CorruptCheckpointError(path, f"checkpoint {path} holds no replay memory")
             group = file["replay"]
             state: dict[str, Any] = {
                 k: plain(v) for k, v in group.attrs.items() if k != REPLAY_DATASETS
             }
-            for dataset in replay_datasets(group, file_path):
+            for dataset in replay_datasets(group, path):
                 array = np.asarray(dataset[()], order="C")
                 if crc32(array) != int(dataset.attrs["crc32"]):
-                    raise replay_checksum_failed(file_path, dataset)
+                    raise replay_checksum_failed(path, dataset)
                 state[dataset.name.rsplit("/", 1)[-1]] = array
             return state
         except CheckpointError:
             raise
-        except (OSError, KeyError, ValueError, TypeError) as exc:
-            raise corrupt(file_path, exc) from exc
+        except PARSE_ERRORS as exc:
+            raise corrupt(path, exc) from exc
