@@ -35,7 +35,14 @@ def atari_sized_config() -> R2D2Config:
     )
 
 
-def fill_replay(learner, config: R2D2Config, count: int, dtype: type, seed: int = 0) -> None:
+def fill_replay(
+    learner,
+    config: R2D2Config,
+    count: int,
+    dtype: type,
+    seed: int = 0,
+    recorded: np.ndarray | None = None,
+) -> None:
     """Adds `count` random, fully valid sequences (no padding, no episode end) to `learner`.
 
     Args:
@@ -44,6 +51,8 @@ def fill_replay(learner, config: R2D2Config, count: int, dtype: type, seed: int 
         count: Sequences to add.
         dtype: Frame dtype: uint8 frames get random pixels, float frames uniform [0, 1).
         seed: Seed of the random data.
+        recorded: Frames to use instead of random ones (e.g. `record_ale_frames.py`'s),
+            frame `k` of the stream being `recorded[k % len(recorded)]`.
     """
     rng = np.random.default_rng(seed)
     layout = SequenceLayout.from_config(config, dtype)
@@ -52,7 +61,9 @@ def fill_replay(learner, config: R2D2Config, count: int, dtype: type, seed: int 
     period = config.period
     length = config.input_length
 
-    def random_frames(n: int) -> np.ndarray:
+    def random_frames(n: int, first: int) -> np.ndarray:
+        if recorded is not None:
+            return np.asarray(recorded[np.arange(first, first + n) % len(recorded)], dtype)
         shape = (n, *layout.frame_shape)
         if np.dtype(dtype) == np.uint8:
             return rng.integers(0, 256, shape, dtype=np.uint8)
@@ -76,5 +87,6 @@ def fill_replay(learner, config: R2D2Config, count: int, dtype: type, seed: int 
             first, new = 0, frames_per_sequence
         else:
             first, new = (i - 1) * period + frames_per_sequence, period
-        record = SequenceRecord(fields, float(rng.uniform(0.5, 1.5)), random_frames(new), first)
+        priority = float(rng.uniform(0.5, 1.5))
+        record = SequenceRecord(fields, priority, random_frames(new, first), first)
         learner.add(record)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import tracemalloc
 
 import h5py
 import numpy as np
@@ -24,10 +25,12 @@ from r2d2_agent.checkpoints import (
     TrainingCounters,
     TrainingState,
     check_compatible,
+    h5format,
     read_checkpoint,
     write_checkpoint,
 )
 from r2d2_agent.checkpoints.compatibility import config_as_data
+from r2d2_agent.config import InputType
 from r2d2_agent.replay import SequenceAdder, SequenceLayout, SequenceReplay
 from r2d2_agent.roles import R2D2Builder
 
@@ -41,9 +44,16 @@ def config(make_config):
     return make_config(memory_capacity=CAPACITY)
 
 
-def play(add, layout: SequenceLayout, nb_actions: int, episodes: list[int], seed: int) -> None:
-    """Random episodes of frames `k, k+1, ...` (k counts frames) through a `SequenceAdder`
-    whose records go to `add`."""
+def play(
+    add,
+    layout: SequenceLayout,
+    nb_actions: int,
+    episodes: list[int],
+    seed: int,
+    noise: bool = False,
+) -> None:
+    """Random episodes of frames `k, k+1, ...` (k counts frames; with `noise`, random
+    bytes, which do not compress) through a `SequenceAdder` whose records go to `add`."""
     rng = np.random.default_rng(seed)
     adder = SequenceAdder(add, layout, gamma=0.99, priority_eta=0.9, rescaling=True)
     count = 0
@@ -51,6 +61,8 @@ def play(add, layout: SequenceLayout, nb_actions: int, episodes: list[int], seed
     def frame() -> np.ndarray:
         nonlocal count
         count += 1
+        if noise:
+            return rng.integers(0, 100, layout.frame_shape).astype(layout.frame_dtype)
         return np.full(layout.frame_shape, count % 100, layout.frame_dtype)
 
     for length in episodes:
@@ -68,7 +80,11 @@ def play(add, layout: SequenceLayout, nb_actions: int, episodes: list[int], seed
 
 
 def make_replay(config, compression, seed: int = 5) -> SequenceReplay:
-    """A replay of 16 sequences and only 3 sequences' frames (the frames wrap too)."""
+    """A replay of 16 sequences and only 3 sequences' frames (the frames wrap too).
+
+    Compressed, its budget is ten times the raw frames: a block of a few 16-byte frames
+    costs more than they do (`BLOCK_OVERHEAD`), and the frames should wrap, not leave
+    early for the budget."""
     layout = SequenceLayout.from_config(config)
     return SequenceReplay(
         layout,
@@ -77,14 +93,14 @@ def make_replay(config, compression, seed: int = 5) -> SequenceReplay:
         seed=seed,
         frame_capacity=3 * layout.frames_per_sequence,
         compression=compression,
-        compression_ratio=1.0,
+        compression_ratio=0.1,
     )
 
 
-def filled_replay(config, compression) -> SequenceReplay:
+def filled_replay(config, compression, noise: bool = False) -> SequenceReplay:
     """A wrapped-around replay whose priorities were updated after sampling."""
     replay = make_replay(config, compression)
-    play(replay.add, replay.layout, config.nb_actions, EPISODES, seed=1)
+    play(replay.add, replay.layout, config.nb_actions, EPISODES, seed=1, noise=noise)
     keys, _, _ = replay.sample(8)
     replay.update_priorities(keys, np.linspace(0.1, 3.0, 8))
     return replay
@@ -103,6 +119,15 @@ def state_with(config, replay: SequenceReplay | None) -> TrainingState:
         config=config_as_data(config),
         library_version="0.1.0",
         replay=None if replay is None else ReplaySnapshot.from_state(replay.export_state()),
+    )
+
+
+def samples_alike(replay: SequenceReplay, other: SequenceReplay) -> bool:
+    """Whether both draw the same batch (keys, fields, frames) now."""
+    keys, batch, _ = replay.sample(32)
+    keys2, batch2, _ = other.sample(32)
+    return np.array_equal(keys, keys2) and all(
+        np.array_equal(batch[name], batch2[name]) for name in batch
     )
 
 
@@ -161,6 +186,49 @@ def test_a_restored_replay_goes_on_storing_as_the_original(config, compression, 
 
 def test_an_empty_replay_round_trips(config, tmp_path):
     restored = through_a_file(config, make_replay(config, None), None, tmp_path)
+    assert len(restored) == 0 and restored.frames_stored == 0
+
+
+# ----------------------------------------------------------------- memory -----------
+@COMPRESSION
+def test_restoring_a_replay_from_a_file_holds_it_once_not_twice(
+    make_config, compression, tmp_path, monkeypatch
+):
+    """What the learner restores, `read_checkpoint(path).replay.state()`, leaves the arrays
+    in the file: `restore_state` reads them a slice at a time straight into the replay's
+    own, instead of reading a whole copy first. Beyond the blocks a compressed store
+    keeps, the restore allocates (tracemalloc) a few slices, far from a copy."""
+    monkeypatch.setattr(h5format, "CHUNK_BYTES", 4096)
+    config = make_config(
+        input_shape=(84, 84), input_type=InputType.GRAY_2ch, memory_capacity=CAPACITY
+    )
+    replay = filled_replay(config, compression, noise=True)
+    path = write_checkpoint(tmp_path / "ckpt.h5", state_with(config, replay))
+    snapshot = read_checkpoint(path).replay
+    restored = make_replay(config, compression, seed=6)
+    tracemalloc.start()
+    try:
+        restored.restore_state(snapshot.state())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    kept_blocks = restored.frame_store_bytes if compression else 0
+    assert snapshot.nbytes > 200_000
+    assert peak - kept_blocks < snapshot.nbytes / 4
+    assert samples_alike(replay, restored)
+
+
+def test_a_replay_damaged_after_the_check_leaves_the_restored_replay_empty(config, tmp_path):
+    path = write_checkpoint(tmp_path / "ckpt.h5", state_with(config, filled_replay(config, None)))
+    replay_state = read_checkpoint(path).replay.state()
+    with h5py.File(path, "r") as file:
+        offset = file["replay/frames.rows"].id.get_offset()
+    with open(path, "r+b") as file:
+        file.seek(offset)
+        file.write(b"\xff\xff\xff\xff")
+    restored = make_replay(config, None)
+    with pytest.raises(CorruptCheckpointError, match=r"ckpt\.h5 is corrupted: replay/frames"):
+        restored.restore_state(replay_state)
     assert len(restored) == 0 and restored.frames_stored == 0
 
 
@@ -309,8 +377,9 @@ def test_every_byte_flip_in_a_checkpoint_is_refused_or_loads_identically(
     config, compression, tmp_path
 ):
     """Flips one byte at a time across a whole checkpoint with a replay: each load gives
-    exactly what was written (weights, optimizer, counters, config, replay) or is refused
-    with a `CheckpointError` naming the file, never anything else."""
+    exactly what was written (weights, optimizer, counters, config, the replay read whole
+    and restored as the learner does) or is refused with a `CheckpointError` naming the
+    file, never anything else."""
     replay = filled_replay(config, compression)
     written = state_with(config, replay)
     written_replay = replay.export_state()
@@ -326,6 +395,9 @@ def test_every_byte_flip_in_a_checkpoint_is_refused_or_loads_identically(
         try:
             state = read_checkpoint(damaged)
             loaded = state.replay.load() if state.replay is not None else None
+            if loaded is not None:  # as the learner restores it
+                restored = make_replay(config, compression, seed=6)
+                restored.restore_state(state.replay.state())
         except CheckpointError as exc:
             if exc.path != str(damaged) or str(damaged) not in str(exc):
                 wrong.append((offset, f"{exc!r} does not name the file"))
@@ -337,6 +409,8 @@ def test_every_byte_flip_in_a_checkpoint_is_refused_or_loads_identically(
             wrong.append((offset, "loaded other weights, counters or config, or no replay"))
         elif not _same_replay(loaded, written_replay):
             wrong.append((offset, "loaded another replay"))
+        elif not _same_replay(restored.export_state(), written_replay):
+            wrong.append((offset, "restored another replay"))
     assert len(offsets) > 200
     assert not wrong, f"{len(wrong)} of {len(offsets)} flips: {wrong[:5]}"
 

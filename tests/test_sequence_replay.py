@@ -7,6 +7,7 @@ two actors interleaving; a sequence whose frames were overwritten is never sampl
 from __future__ import annotations
 
 import functools
+import tracemalloc
 
 import gymnasium as gym
 import numpy as np
@@ -335,6 +336,34 @@ def _screens(count: int) -> np.ndarray:
     frames[:, 40:44, :] = 120
     frames[np.arange(count), 10, np.arange(count)] = 255  # a moving dot
     return frames
+
+
+def test_a_compressed_replay_filled_one_and_a_half_times_allocates_no_more_than_its_estimate():
+    """zstandard's `compress` returns bytes that keep the allocation of its worst case
+    (about the raw block) and only report the shorter length: stored as they are, the
+    blocks would hold about the raw frames, several times `estimate_replay_bytes`, which
+    counts the compressed bytes. tracemalloc counts every allocation still alive at its
+    allocated size (numpy's arrays and the stored blocks alike)."""
+    config = image_config(input_shape=(84, 84), frame_compression="zstd", memory_capacity=16)
+    builder = R2D2Builder(config)
+    screens = _screens(84)
+    tracemalloc.start()
+    try:
+        replay = builder.make_replay()
+        adder = builder.make_adder(replay.add)
+        state = np.zeros((2, config.lstm_units), np.float32)
+        step = 0
+        while replay.frames_stored < replay.frame_capacity or step < 1.5 * replay.frame_capacity:
+            adder.add_first(screens[step % 84])
+            for t in range(20):  # episodes of 20 steps
+                step += 1
+                frame = screens[step % 84]
+                adder.add(0, 1.0, frame, t == 19, False, state, np.zeros(config.nb_actions))
+        allocated, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert step * 2 > 3 * replay.frame_capacity and len(replay) == replay.capacity
+    assert allocated <= estimate_replay_bytes(config)
 
 
 def test_compressed_blocks_of_screens_take_a_tenth_of_their_raw_size():

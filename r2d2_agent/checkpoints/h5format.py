@@ -30,6 +30,7 @@ import json
 import os
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import h5py
@@ -41,7 +42,7 @@ from r2d2_agent.checkpoints.errors import (
     MissingCheckpointError,
 )
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "load_replay"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "StoredDataset", "load_replay", "stored_replay"]
 
 FORMAT_NAME = "r2d2-agent checkpoint"
 FORMAT_VERSION = 2
@@ -57,7 +58,8 @@ WHAT_TO_DO = (
     "directory) or start without resume_from."
 )
 REPLAY_DATASETS = "datasets"  # attr of /replay: the JSON list of its datasets
-_CRC_CHUNK_BYTES = 64 << 20  # checksums of big datasets are computed this much at a time
+CHUNK_BYTES = 16 << 20
+"""Big datasets are read (and their checksums computed) this many bytes at a time."""
 PARSE_ERRORS = (
     OSError,
     LookupError,
@@ -132,7 +134,7 @@ def _crc_of_ranges(handle: Any, ranges: Iterator[tuple[int, int]]) -> int:
     for offset, size in ranges:
         handle.seek(offset)
         while size > 0:
-            chunk = handle.read(min(size, _CRC_CHUNK_BYTES))
+            chunk = handle.read(min(size, CHUNK_BYTES))
             if not chunk:
                 raise EOFError(f"the file ends at {handle.tell()}, inside its metadata")
             crc = zlib.crc32(chunk, crc)
@@ -181,14 +183,13 @@ def _damaged(path: str, what: str) -> CorruptCheckpointError:
 def _read_header(path: str, handle: Any) -> dict[str, Any]:
     """The header's fields, checked: its own CRC, its zero padding, the file's size."""
     file_bytes = os.fstat(handle.fileno()).st_size
-    start = handle.read(min(file_bytes, _MAX_USERBLOCK))
-    lines = start.split(b"\n", 3)
-    if len(lines) < 4 or not lines[2].isdigit():
+    text = handle.readline(len(_MAGIC)) + handle.readline(_MAX_USERBLOCK)
+    crc_line = handle.readline(16)
+    if not text.endswith(b"\n") or not crc_line.endswith(b"\n") or not crc_line[:-1].isdigit():
         raise _unreadable(path, f"its {FORMAT_NAME!r} header is incomplete")
-    text = lines[0] + b"\n" + lines[1] + b"\n"
-    if zlib.crc32(text) != int(lines[2]):
+    if zlib.crc32(text) != int(crc_line):
         raise _damaged(path, "its header fails its checksum")
-    fields = json.loads(lines[1])
+    fields = json.loads(text[len(_MAGIC) :])
     version = int(fields["format_version"])
     if version > FORMAT_VERSION:
         raise CorruptCheckpointError(
@@ -202,16 +203,17 @@ def _read_header(path: str, handle: Any) -> dict[str, Any]:
     if file_bytes > written:
         raise _damaged(path, f"it holds {file_bytes} bytes, {written} were written")
     userblock = int(fields["userblock"])
-    header_bytes = len(text) + len(lines[2]) + 1
-    if header_bytes > userblock or userblock > len(start):
+    header_bytes = len(text) + len(crc_line)
+    if not header_bytes <= userblock <= min(file_bytes, _MAX_USERBLOCK):
         raise _damaged(path, f"its header does not fit its {userblock}-byte block")
-    if start[header_bytes:userblock].strip(b"\0"):
+    if handle.read(userblock - header_bytes).strip(b"\0"):
         raise _damaged(path, "its header block holds bytes after the header")
     return fields
 
 
-def _check_metadata(path: str, handle: Any, fields: dict[str, Any]) -> None:
-    """Checks the CRC-32 of every byte after the header outside the datasets' extents."""
+def _check_metadata(path: str, handle: Any, fields: dict[str, Any]) -> int:
+    """Checks the CRC-32 of every byte after the header outside the datasets' extents;
+    returns it."""
     extents = [[int(offset), int(size)] for offset, size in fields["data_extents"]]
     crc = _crc_of_ranges(handle, _gaps(int(fields["userblock"]), fields["file_bytes"], extents))
     if crc != int(fields["metadata_crc32"]):
@@ -220,38 +222,62 @@ def _check_metadata(path: str, handle: Any, fields: dict[str, Any]) -> None:
             "its metadata (HDF5's structure, the attributes: config, counters, the "
             "replay's scalars, the datasets' checksums) fails its checksum",
         )
+    return crc
 
 
-def open_checkpoint(path: str, what_to_do: str = WHAT_TO_DO) -> h5py.File:
+def open_checkpoint(
+    path: str, what_to_do: str = WHAT_TO_DO, metadata_crc32: int | None = None
+) -> h5py.File:
     """Opens a checkpoint file for reading, its header and metadata checked first (format
     2); a plain HDF5 file (format 1, or not a checkpoint at all) opens as it is.
 
+    Args:
+        path: The file.
+        what_to_do: The advice that ends an error's message.
+        metadata_crc32: The metadata's CRC when the file was read before
+            (`file_metadata_crc32`): a file changed since is refused.
+
     Raises:
-        CorruptCheckpointError: Naming the file, if it is neither, or damaged.
+        MissingCheckpointError: If the file does not exist.
+        CorruptCheckpointError: Naming the file, if it is neither, or damaged, or changed.
     """
     try:
-        with open(path, "rb") as handle:
-            if handle.read(len(_MAGIC)) == _MAGIC:
-                handle.seek(0)
-                _check_metadata(path, handle, _read_header(path, handle))
-            else:
-                handle.seek(0)
-                if handle.read(len(HDF5_SIGNATURE)) != HDF5_SIGNATURE:
-                    raise CorruptCheckpointError(
-                        path,
-                        f"{path} cannot be read: it is truncated or corrupted, or not an "
-                        f"HDF5 file (it starts with neither the {FORMAT_NAME!r} header nor "
-                        f"HDF5's signature). {what_to_do}",
-                    )
+        found = file_metadata_crc32(path, what_to_do)
+        if metadata_crc32 is not None and found != metadata_crc32:
+            raise _damaged(path, "it changed since it was first read")
         return h5py.File(path, "r")
     except CheckpointError:
         raise
+    except FileNotFoundError as exc:
+        raise MissingCheckpointError(path, f"checkpoint {path} does not exist") from exc
     except PARSE_ERRORS as exc:
         raise CorruptCheckpointError(
             path,
             f"{path} cannot be read: it is truncated or corrupted, or not an HDF5 file "
             f"({type(exc).__name__}: {exc}). {what_to_do}",
         ) from exc
+
+
+def file_metadata_crc32(path: str, what_to_do: str = WHAT_TO_DO) -> int | None:
+    """The checked CRC-32 of a checkpoint's metadata (None for a plain HDF5 file).
+
+    Raises:
+        CorruptCheckpointError: As `open_checkpoint`.
+        OSError: If the file cannot be opened.
+    """
+    with open(path, "rb") as handle:
+        if handle.read(len(_MAGIC)) == _MAGIC:
+            handle.seek(0)
+            return _check_metadata(path, handle, _read_header(path, handle))
+        handle.seek(0)
+        if handle.read(len(HDF5_SIGNATURE)) != HDF5_SIGNATURE:
+            raise CorruptCheckpointError(
+                path,
+                f"{path} cannot be read: it is truncated or corrupted, or not an HDF5 file "
+                f"(it starts with neither the {FORMAT_NAME!r} header nor HDF5's "
+                f"signature). {what_to_do}",
+            )
+    return None
 
 
 def is_sealed(file: h5py.File) -> bool:
@@ -295,18 +321,121 @@ def replay_checksum_failed(path: str, dataset: h5py.Dataset) -> CorruptCheckpoin
     return _damaged(path, f"{name} (the replay memory) fails its checksum")
 
 
-def verify_streaming(dataset: h5py.Dataset, path: str) -> None:
-    """Checks a dataset's CRC reading at most `_CRC_CHUNK_BYTES` at a time."""
+def read_chunks(dataset: h5py.Dataset, path: str) -> Iterator[np.ndarray]:
+    """A dataset as consecutive slices along its first axis of at most `CHUNK_BYTES`
+    (a scalar or empty one whole); its CRC-32 is checked after the last.
+
+    Raises:
+        CorruptCheckpointError: If the checksum fails (once every slice was read).
+    """
     if dataset.ndim == 0 or dataset.size == 0:
-        crc = crc32(np.asarray(dataset[()]))
+        chunk = np.asarray(dataset[()])
+        crc = crc32(chunk)
+        yield chunk
     else:
         row_bytes = max(1, dataset.size // dataset.shape[0] * dataset.dtype.itemsize)
-        step = max(1, _CRC_CHUNK_BYTES // row_bytes)
+        step = max(1, CHUNK_BYTES // row_bytes)
         crc = 0
         for start in range(0, dataset.shape[0], step):
-            crc = crc32(dataset[start : start + step], crc)
+            chunk = np.ascontiguousarray(dataset[start : start + step])
+            crc = crc32(chunk, crc)
+            yield chunk
     if crc != int(dataset.attrs["crc32"]):
         raise replay_checksum_failed(path, dataset)
+
+
+def verify_streaming(dataset: h5py.Dataset, path: str) -> None:
+    """Checks a dataset's CRC reading at most `CHUNK_BYTES` at a time."""
+    for _ in read_chunks(dataset, path):
+        pass
+
+
+@dataclass(frozen=True)
+class StoredDataset:
+    """A replay array left in its checkpoint file, read when it is needed: a
+    `StoredArray` of `r2d2_agent.replay.state_io`, which a replay's `restore_state` reads
+    a slice at a time straight into its own arrays.
+
+    Attributes:
+        path: The checkpoint file.
+        name: The dataset in it, e.g. "replay/frames.rows".
+        shape: Its shape.
+        dtype: Its dtype.
+        metadata_crc32: The file's metadata CRC when it was listed (None: format 1): a
+            file changed since is refused.
+    """
+
+    path: str
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    metadata_crc32: int | None
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """The array as consecutive slices of at most `CHUNK_BYTES`; its checksum is
+        checked after the last.
+
+        Raises:
+            CorruptCheckpointError: Naming the file, if it changed, is damaged or the
+                checksum fails.
+        """
+        with open_checkpoint(self.path, metadata_crc32=self.metadata_crc32) as file:
+            try:
+                dataset = file[self.name]
+                yield from read_chunks(dataset, self.path)
+            except CheckpointError:
+                raise
+            except PARSE_ERRORS as exc:
+                raise corrupt(self.path, exc) from exc
+
+    def read(self) -> np.ndarray:
+        """The whole array, checksum checked."""
+        out = np.empty(self.shape, self.dtype)
+        if out.ndim == 0:
+            (out[...],) = list(self.chunks())
+            return out
+        start = 0
+        for chunk in self.chunks():
+            out[start : start + len(chunk)] = chunk
+            start += len(chunk)
+        return out
+
+
+def stored_replay(path: str) -> dict[str, Any]:
+    """The replay memory of a checkpoint file, its arrays left in the file
+    (`StoredDataset`s, read and checked when used).
+
+    Args:
+        path: A checkpoint file.
+
+    Returns:
+        The state `SequenceReplay.export_state` gave, each array a `StoredDataset`.
+
+    Raises:
+        MissingCheckpointError: If the file does not exist.
+        CorruptCheckpointError: If it is damaged, holds no replay, or a replay dataset is
+            missing.
+    """
+    if not os.path.isfile(path):
+        raise MissingCheckpointError(path, f"checkpoint {path} does not exist")
+    try:
+        metadata_crc = file_metadata_crc32(path)
+        with open_checkpoint(path, metadata_crc32=metadata_crc) as file:
+            if "replay" not in file:
+                raise CorruptCheckpointError(path, f"checkpoint {path} holds no replay memory")
+            group = file["replay"]
+            state: dict[str, Any] = {
+                k: plain(v) for k, v in group.attrs.items() if k != REPLAY_DATASETS
+            }
+            for dataset in replay_datasets(group, path):
+                state[dataset.name.rsplit("/", 1)[-1]] = StoredDataset(
+                    path, dataset.name, tuple(dataset.shape), dataset.dtype, metadata_crc
+                )
+            return state
+    except CheckpointError:
+        raise
+    except PARSE_ERRORS as exc:
+        raise corrupt(path, exc) from exc
 
 
 def load_replay(path: str) -> dict[str, Any]:
@@ -324,23 +453,7 @@ def load_replay(path: str) -> dict[str, Any]:
         CorruptCheckpointError: If it is damaged, holds no replay, or a replay dataset is
             missing or fails its checksum.
     """
-    if not os.path.isfile(path):
-        raise MissingCheckpointError(path, f"checkpoint {path} does not exist")
-    with open_checkpoint(path) as file:
-        try:
-            if "replay" not in file:
-                raise CorruptCheckpointError(path, f"checkpoint {path} holds no replay memory")
-            group = file["replay"]
-            state: dict[str, Any] = {
-                k: plain(v) for k, v in group.attrs.items() if k != REPLAY_DATASETS
-            }
-            for dataset in replay_datasets(group, path):
-                array = np.asarray(dataset[()], order="C")
-                if crc32(array) != int(dataset.attrs["crc32"]):
-                    raise replay_checksum_failed(path, dataset)
-                state[dataset.name.rsplit("/", 1)[-1]] = array
-            return state
-        except CheckpointError:
-            raise
-        except PARSE_ERRORS as exc:
-            raise corrupt(path, exc) from exc
+    return {
+        key: value.read() if isinstance(value, StoredDataset) else value
+        for key, value in stored_replay(path).items()
+    }

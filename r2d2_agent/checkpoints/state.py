@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from r2d2_agent.checkpoints.h5format import load_replay
+from r2d2_agent.checkpoints.h5format import load_replay, stored_replay
 
 __all__ = [
     "ReplaySnapshot",
@@ -161,9 +161,26 @@ class ReplaySnapshot:
         """
         if self.arrays is not None:
             return {**self.scalars, **self.arrays}
+        return load_replay(self._file())
+
+    def state(self) -> dict[str, Any]:
+        """The exported state for `SequenceReplay.restore_state`, the arrays of a
+        snapshot read from a file left in it (`StoredDataset`s: the replay reads them a
+        slice at a time straight into its own arrays, checksums checked, so restoring
+        holds the replay once, not twice); an in-memory snapshot's as they are.
+
+        Raises:
+            MissingCheckpointError: If the file is gone.
+            CorruptCheckpointError: If it no longer holds the replay, or is damaged.
+        """
+        if self.arrays is not None:
+            return {**self.scalars, **self.arrays}
+        return stored_replay(self._file())
+
+    def _file(self) -> str:
         if self.path is None:
             raise ValueError("this ReplaySnapshot holds no arrays and names no file")
-        return load_replay(self.path)
+        return self.path
 
 
 @dataclass(frozen=True)

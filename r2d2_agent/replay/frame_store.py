@@ -9,12 +9,14 @@ gathers any kept frames back by number. Two stores:
   byte budget fixed in advance. Consecutive frames of one episode compress together far
   better than single frames (ALE frames: 26x to 190x for blocks of 40). When the blobs
   outgrow the budget (frames that compress worse than it was sized for), the oldest blobs
-  go early, so memory stays what was announced.
+  go early, so memory stays what was announced. Each blob holds exactly its compressed
+  bytes (plus a fixed bookkeeping cost, counted in the budget).
 
 Both report `oldest_kept`: frames numbered below it are gone, and the sequences using them
 must no longer be sampled. Both export their state as flat numpy arrays and scalars
 (`export_state`; compressed blocks as one uint8 array and offsets) and restore it
-(`restore_state`), for checkpoints.
+(`restore_state`, reading arrays still in a checkpoint file a slice at a time), for
+checkpoints.
 """
 
 from __future__ import annotations
@@ -27,9 +29,14 @@ import numpy as np
 
 from r2d2_agent.replay.state_io import (
     ReplayStateDict,
+    StoredArray,
+    copy_into,
     expect_array,
     expect_int,
+    expect_stored,
     expect_str,
+    iter_chunks,
+    load_array,
 )
 
 __all__ = ["CompressedFrameStore", "RawFrameStore", "zstd_module"]
@@ -117,18 +124,19 @@ class RawFrameStore:
         _check_capacity(state, prefix, self.capacity)
         count = expect_int(state, prefix + "next", 0)
         rows = (min(count, self.capacity), *self._frames.shape[1:])
-        expect_array(state, prefix + "rows", rows, self._frames.dtype)
+        expect_stored(state, prefix + "rows", rows, self._frames.dtype)
 
     def restore_state(self, state: Mapping[str, Any], prefix: str = "") -> None:
-        """Replaces the store's frames with an exported state's.
+        """Replaces the store's frames with an exported state's (stored rows are read
+        straight into the ring).
 
         Raises:
             ValueError: As `check_state`; the store is then unchanged.
         """
         self.check_state(state, prefix)
         rows = state[prefix + "rows"]
-        self._frames[: len(rows)] = rows
-        self._frames[len(rows) :] = 0
+        copy_into(self._frames[: rows.shape[0]], rows)
+        self._frames[rows.shape[0] :] = 0
         self._next = int(state[prefix + "next"])
 
 
@@ -150,15 +158,26 @@ def _check_capacity(state: Mapping[str, Any], prefix: str, capacity: int) -> Non
         )
 
 
+BLOCK_OVERHEAD = 256
+"""Bytes a stored block costs besides its compressed bytes: the bytes object's header,
+its tuple, the ordered dict's entry and node (200-260 bytes measured with tracemalloc,
+CPython 3.11). Counted in the budget, so that many tiny blocks cannot outgrow it."""
+
+
 class CompressedFrameStore:
     """Blocks of consecutive frames compressed with zstandard, within a byte budget.
+
+    Each block is held as a bytes object of exactly its compressed length (what
+    zstandard returns keeps the allocation of its worst case, about the raw block, so it
+    is copied), and costs its length plus `BLOCK_OVERHEAD` against the budget: the bytes
+    counted are the bytes held.
 
     Args:
         frame_shape: Shape of one frame.
         dtype: Storage dtype.
         capacity: Frames kept at most (as the raw store would).
-        byte_budget: Bytes the compressed blocks may take; the oldest blocks go early when
-            they would take more.
+        byte_budget: Bytes the compressed blocks (with `BLOCK_OVERHEAD` each) may take;
+            the oldest blocks go early when they would take more.
         level: zstandard compression level.
     """
 
@@ -202,7 +221,7 @@ class CompressedFrameStore:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: compressed blocks and the per-frame index."""
+        """Bytes held: compressed blocks (with their overhead) and the per-frame index."""
         return self._block_bytes + self._block_of.nbytes + self._index_in_block.nbytes
 
     @staticmethod
@@ -218,7 +237,7 @@ class CompressedFrameStore:
         """
         raw = block_frames * frame_nbytes
         block_bound = raw + (raw >> 8) + 64  # zstd's worst case for incompressible data
-        return byte_budget + block_bound + capacity * (8 + 4)
+        return byte_budget + block_bound + BLOCK_OVERHEAD + capacity * (8 + 4)
 
     def store(self, frames: np.ndarray) -> np.ndarray:
         """Compresses `frames` (in order) as one block; returns their numbers."""
@@ -226,11 +245,15 @@ class CompressedFrameStore:
         numbers = self._next + np.arange(count, dtype=np.int64)
         if count == 0:
             return numbers
-        payload = self._compressor.compress(np.ascontiguousarray(frames, self._dtype).tobytes())
+        compressed = self._compressor.compress(np.ascontiguousarray(frames, self._dtype).tobytes())
+        # zstandard's result keeps the allocation of its worst case (about the raw block)
+        # and only reports the shorter length: a copy of that length holds what it says.
+        payload = bytes(memoryview(compressed))
+        del compressed
         block = self._next_block
         self._next_block += 1
         self._blocks[block] = (self._next, count, payload)
-        self._block_bytes += len(payload)
+        self._block_bytes += len(payload) + BLOCK_OVERHEAD
         kept = numbers[max(0, count - self.capacity) :]
         self._block_of[kept % self.capacity] = block
         self._index_in_block[kept % self.capacity] = np.arange(count - len(kept), count)
@@ -246,7 +269,7 @@ class CompressedFrameStore:
             over_budget = self._block_bytes > self.byte_budget and len(self._blocks) > 1
             if first + count <= ring_oldest or over_budget:
                 del self._blocks[block]
-                self._block_bytes -= len(payload)
+                self._block_bytes -= len(payload) + BLOCK_OVERHEAD
                 self._oldest = max(self._oldest, first + count)
             else:
                 break
@@ -286,7 +309,9 @@ class CompressedFrameStore:
         sizes = np.array([len(payload) for _, (_, _, payload) in blocks], dtype=np.int64)
         offsets = np.zeros(len(blocks) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        data = np.frombuffer(b"".join(payload for _, (_, _, payload) in blocks), np.uint8)
+        data = np.empty(offsets[-1], np.uint8)  # one copy of the blocks, writable
+        for i, (_, (_, _, payload)) in enumerate(blocks):
+            data[offsets[i] : offsets[i + 1]] = np.frombuffer(payload, np.uint8)
         return {
             prefix + "kind": "zstd",
             prefix + "capacity": self.capacity,
@@ -302,7 +327,7 @@ class CompressedFrameStore:
             prefix + "block_first": np.array([b[0] for _, b in blocks], dtype=np.int64),
             prefix + "block_count": np.array([b[1] for _, b in blocks], dtype=np.int64),
             prefix + "block_offsets": offsets,
-            prefix + "block_data": data.copy(),  # writable, independent of the bytes
+            prefix + "block_data": data,
         }
 
     def check_state(self, state: Mapping[str, Any], prefix: str = "") -> None:
@@ -331,8 +356,8 @@ class CompressedFrameStore:
         first = expect_array(state, p + "block_first", (nb,), np.int64)
         frames = expect_array(state, p + "block_count", (nb,), np.int64)
         offsets = expect_array(state, p + "block_offsets", (nb + 1,), np.int64)
-        data = expect_array(state, p + "block_data", None, np.uint8)
-        if data.ndim != 1 or offsets[0] != 0 or offsets[-1] != data.size:
+        data = expect_stored(state, p + "block_data", None, np.uint8)
+        if len(data.shape) != 1 or offsets[0] != 0 or offsets[-1] != data.shape[0]:
             raise ValueError(
                 f"replay state {p}block_offsets must run from 0 to the size of {p}block_data"
             )
@@ -358,30 +383,48 @@ class CompressedFrameStore:
             raise ValueError(f"replay state {p}index_in_block does not match the blocks held")
 
     def restore_state(self, state: Mapping[str, Any], prefix: str = "") -> None:
-        """Replaces the store's blocks with an exported state's.
+        """Replaces the store's blocks with an exported state's (stored block bytes are
+        read a slice at a time and cut into the blocks).
 
         Raises:
             ValueError: As `check_state`; the store is then unchanged.
         """
         self.check_state(state, prefix)
         p = prefix
-        data = state[p + "block_data"]
-        offsets = state[p + "block_offsets"]
+        offsets = load_array(state[p + "block_offsets"])
+        payloads = _cut(state[p + "block_data"], offsets)
         blocks: collections.OrderedDict[int, tuple[int, int, bytes]] = collections.OrderedDict()
-        for i, (block, first, count) in enumerate(
-            zip(
-                state[p + "block_ids"],
-                state[p + "block_first"],
-                state[p + "block_count"],
-                strict=True,
-            )
+        for block, first, count, payload in zip(
+            load_array(state[p + "block_ids"]),
+            load_array(state[p + "block_first"]),
+            load_array(state[p + "block_count"]),
+            payloads,
+            strict=True,
         ):
-            payload = data[offsets[i] : offsets[i + 1]].tobytes()
             blocks[int(block)] = (int(first), int(count), payload)
         self._blocks = blocks
-        self._block_bytes = int(data.size)
-        self._block_of[:] = state[p + "block_of"]
-        self._index_in_block[:] = state[p + "index_in_block"]
+        self._block_bytes = int(offsets[-1]) + BLOCK_OVERHEAD * len(blocks)
+        copy_into(self._block_of, state[p + "block_of"])
+        copy_into(self._index_in_block, state[p + "index_in_block"])
         self._next = int(state[p + "next"])
         self._oldest = int(state[p + "oldest"])
         self._next_block = int(state[p + "next_block"])
+
+
+def _cut(data: np.ndarray | StoredArray, offsets: np.ndarray) -> list[bytes]:
+    """Block `i` of `data` is `data[offsets[i] : offsets[i + 1]]`: the blocks as bytes of
+    their own length, `data` read a slice at a time."""
+    payloads = []
+    ends = offsets[1:].tolist()
+    position = 0  # offset in `data` of the slice's first byte
+    carry = b""  # the start of a block that the previous slice cut
+    for chunk in iter_chunks(data):
+        view = memoryview(np.ascontiguousarray(chunk)).cast("B")
+        start = 0
+        while len(payloads) < len(ends) and ends[len(payloads)] - position <= len(view):
+            stop = ends[len(payloads)] - position
+            payloads.append(carry + bytes(view[start:stop]))
+            carry, start = b"", stop
+        carry += bytes(view[start:])
+        position += len(view)
+    return payloads

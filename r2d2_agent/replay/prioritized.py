@@ -28,10 +28,13 @@ import numpy as np
 
 from r2d2_agent.replay.state_io import (
     ReplayStateDict,
+    copy_into,
     expect_array,
     expect_float,
     expect_int,
+    expect_stored,
     expect_str,
+    load_array,
 )
 from r2d2_agent.replay.sum_tree import SumTree
 
@@ -386,7 +389,7 @@ class PrioritizedSequenceReplay:
                 f"replay state has fields {sorted(fields)}, this replay {sorted(self._shapes)}"
             )
         for name, shape in self._shapes.items():
-            expect_array(state, f"{p}items.{name}", (size, *shape), self._storage[name].dtype)
+            expect_stored(state, f"{p}items.{name}", (size, *shape), self._storage[name].dtype)
         if int(live.sum()) != count:
             raise ValueError(f"replay state {p}count={count} but {int(live.sum())} live slots")
         if live[size:].any() or (generation[size:] != -1).any() or (generation[:size] < 0).any():
@@ -401,21 +404,23 @@ class PrioritizedSequenceReplay:
         """Replaces the replay's contents with an exported state: items, priorities (the
         sum tree is rebuilt from its leaves, node for node), keys' generations, the write
         cursor and the sampling generator. Sampling then draws exactly what the exporting
-        replay would have drawn.
+        replay would have drawn. Stored arrays (`StoredArray`, e.g. a checkpoint's
+        datasets) are read straight into the replay's own arrays.
 
         Raises:
-            ValueError: As `check_state`; the replay is then unchanged.
+            ValueError: As `check_state`; the replay is then unchanged. (An error reading
+                a stored array, e.g. a failed checksum, leaves it partly restored.)
         """
         self.check_state(state, prefix)
         p = prefix
         size = int(state[p + "size"])
         generator = _generator(state[p + "rng"], p + "rng")
-        self._tree.set_leaves(state[p + "leaves"])
+        self._tree.set_leaves(load_array(state[p + "leaves"]))
         for name, store in self._storage.items():
-            store[:size] = state[f"{p}items.{name}"]
+            copy_into(store[:size], state[f"{p}items.{name}"])
             store[size:] = 0
-        self._generation[:] = state[p + "generation"]
-        self._live[:] = state[p + "live"]
+        copy_into(self._generation, state[p + "generation"])
+        copy_into(self._live, state[p + "live"])
         self._next = int(state[p + "next"])
         self._size = size
         self._count = int(state[p + "count"])

@@ -43,6 +43,7 @@ from r2d2_agent.replay.state_io import (
     expect_float,
     expect_int,
     expect_str,
+    load_array,
 )
 
 __all__ = ["REPLAY_STATE_FORMAT", "SequenceReplay", "default_frame_capacity"]
@@ -164,6 +165,7 @@ class SequenceReplay:
         spec = dict(layout.field_spec())
         spec["frame_ids"] = (spec["frame_ids"][0], np.dtype(np.int64))  # frame numbers here
         spec["oldest_frame"] = ((), np.dtype(np.int64))
+        self._spec = spec
         self._sequences = PrioritizedSequenceReplay(capacity, spec, priority_exponent, seed)
         if frame_capacity is None:
             frame_capacity = default_frame_capacity(layout, capacity)
@@ -415,9 +417,9 @@ class SequenceReplay:
         count = expect_int(state, "frames.next")
         if numbers.size and numbers.max() >= count:
             raise ValueError("replay state streams.numbers name frames never stored")
-        live = state["sequences.live"][: expect_int(state, "sequences.size")]
-        frame_ids = state["sequences.items.frame_ids"][live]
-        oldest = state["sequences.items.oldest_frame"][live]
+        live = load_array(state["sequences.live"])[: expect_int(state, "sequences.size")]
+        frame_ids = load_array(state["sequences.items.frame_ids"])[live]
+        oldest = load_array(state["sequences.items.oldest_frame"])[live]
         if self.compression:
             oldest_kept = expect_int(state, "frames.oldest")
         else:
@@ -434,19 +436,43 @@ class SequenceReplay:
         sequences, sum-tree priorities, keys' generations, write cursors, frames, the
         streams' frame ids and the sampling generator.
 
+        The state's arrays may be `StoredArray`s (`ReplaySnapshot.state()` of a
+        checkpoint): they are read straight into the replay's own arrays, so a restore
+        holds the replay once, not twice.
+
         Raises:
             ValueError: As `check_state`; the replay is then unchanged.
+            Exception: Whatever reading a stored array raises (e.g. a checkpoint's
+                `CorruptCheckpointError` for a failed checksum); the replay is then empty.
         """
         self.check_state(state)
-        self._sequences.restore_state(state, "sequences.")
-        self._frames.restore_state(state, "frames.")
+        try:
+            self._sequences.restore_state(state, "sequences.")
+            self._frames.restore_state(state, "frames.")
+        except BaseException:
+            self._clear()
+            raise
         self._streams = {}
-        for stream, numbers in zip(state["streams.ids"], state["streams.numbers"], strict=True):
+        for stream, numbers in zip(
+            load_array(state["streams.ids"]), load_array(state["streams.numbers"]), strict=True
+        ):
             self._stream(int(stream)).numbers[:] = numbers
         self.dropped = int(state["dropped"])
         oldest = self._sequences.column("oldest_frame")[self._sequences.live]
         self._oldest_live = int(oldest.min()) if oldest.size else _NO_FRAME
         logger.debug("SequenceReplay: restored %d sequences", len(self))
+
+    def _clear(self) -> None:
+        """Empties the replay (same sizes and settings; a new sampling generator)."""
+        self._sequences = PrioritizedSequenceReplay(
+            self.capacity, self._spec, self._sequences.priority_exponent
+        )
+        self._frames = make_frame_store(
+            self.layout, self.frame_capacity, self.compression, self.compression_ratio
+        )
+        self._streams = {}
+        self._oldest_live = _NO_FRAME
+        self.dropped = 0
 
     def _stream_window(self) -> int:
         return _StreamIds.window_for(self.layout.frames_per_sequence)

@@ -221,7 +221,7 @@ class R2D2Learner:
         check_compatible(state, self.config, replay=replay)
         replay_state = None
         if replay and state.replay is not None:  # checked before anything changes
-            replay_state = state.replay.load()
+            replay_state = state.replay.state()  # arrays read straight into the replay
             try:
                 self.replay.check_state(replay_state)
             except ValueError as exc:
