@@ -21,6 +21,7 @@ from r2d2_agent.checkpoints import (
     CorruptCheckpointError,
     IncompatibleCheckpointError,
     MissingCheckpointError,
+    WeightsFileError,
     read_checkpoint,
     write_checkpoint,
 )
@@ -155,6 +156,18 @@ def test_fit_resume_from_an_incompatible_checkpoint_is_refused_before_training(
     assert other.step == 0
 
 
+def test_fit_resume_from_a_weights_file_says_it_is_one_and_how_to_load_it(
+    make_agent, cartpole, tmp_path
+):
+    path = tmp_path / "weights.h5"
+    make_agent().save_weights(str(path))
+    agent = make_agent()
+    with pytest.raises(WeightsFileError, match=r"weights\.h5 is a weights file") as info:
+        agent.fit(cartpole, nb_steps=100, verbose=0, resume_from=path)
+    assert "load_weights" in str(info.value) and "corrupt" not in str(info.value)
+    assert agent.step == 0
+
+
 def test_a_callback_request_stop_ends_fit_before_the_next_step(make_agent, cartpole):
     agent = make_agent()
     agent.fit(cartpole, nb_steps=1000, verbose=0, callbacks=[StopAtStep(50)])
@@ -257,6 +270,18 @@ def test_manager_refuses_a_truncated_checkpoint_before_any_child(make_config, sa
     manager = R2D2Manager(CARTPOLE, make_config(), progress=False)
     with pytest.raises(CorruptCheckpointError, match="broken.h5 cannot be read"):
         manager.train(nb_steps=100, resume_from=broken)
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_manager_resumed_from_a_weights_file_says_it_is_one_and_how_to_load_it(
+    make_config, make_agent, tmp_path
+):
+    path = tmp_path / "weights.h5"
+    make_agent().save_weights(str(path))
+    manager = R2D2Manager(CARTPOLE, make_config(), progress=False)
+    with pytest.raises(WeightsFileError, match=r"weights\.h5 is a weights file") as info:
+        manager.train(nb_steps=100, resume_from=path)
+    assert "load_weights" in str(info.value) and "corrupt" not in str(info.value)
 
 
 @pytest.mark.usefixtures("no_leftovers")

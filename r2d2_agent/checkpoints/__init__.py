@@ -30,6 +30,7 @@ from r2d2_agent.checkpoints.errors import (
     CorruptCheckpointError,
     IncompatibleCheckpointError,
     MissingCheckpointError,
+    WeightsFileError,
 )
 from r2d2_agent.checkpoints.h5file import (
     CHECKPOINT_PATTERN,
@@ -65,6 +66,7 @@ __all__ = [
     "ReplaySnapshot",
     "TrainingCounters",
     "TrainingState",
+    "WeightsFileError",
     "changed_fields",
     "check_compatible",
     "check_replay_compatible",

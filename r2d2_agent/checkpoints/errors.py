@@ -9,6 +9,7 @@ __all__ = [
     "CorruptCheckpointError",
     "IncompatibleCheckpointError",
     "MissingCheckpointError",
+    "WeightsFileError",
 ]
 
 
@@ -44,3 +45,9 @@ class IncompatibleCheckpointError(CheckpointError, ValueError):
     ) -> None:
         super().__init__(path, message)
         self.mismatches = dict(mismatches or {})
+
+
+class WeightsFileError(CheckpointError, ValueError):
+    """The file is a weights file (`save_weights`, Keras's HDF5 weights), not a checkpoint:
+    it loads with `load_weights`, but a run cannot resume from it (it holds no optimizer
+    state, counters or replay)."""

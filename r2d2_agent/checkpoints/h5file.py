@@ -55,6 +55,7 @@ from r2d2_agent.checkpoints.errors import (
     CheckpointError,
     CorruptCheckpointError,
     MissingCheckpointError,
+    WeightsFileError,
 )
 from r2d2_agent.checkpoints.h5format import (
     FORMAT_NAME,
@@ -96,6 +97,7 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d+)\.h5$")
 """Names of the checkpoints in a checkpoint directory: `ckpt-<N>.h5`."""
 
+_KERAS_WEIGHTS_MARKS = {"layer_names", "keras_version"}  # root attrs of Keras's HDF5 weights
 _COUNTER_ATTRS = ("env_steps", "learner_updates", "episodes", "sequences_received")
 
 
@@ -313,6 +315,15 @@ def _read_replay_summary(file: h5py.File, path: str, verify: bool) -> ReplaySnap
 
 def _read(file: h5py.File, path: str, verify_replay: bool = True) -> TrainingState:
     fmt = file.attrs.get("format")
+    if fmt != FORMAT_NAME and _KERAS_WEIGHTS_MARKS & set(file.attrs):
+        raise WeightsFileError(
+            path,
+            f"{path} is a weights file (written by save_weights), not a checkpoint: it holds "
+            "the network's weights but no optimizer state, counters or replay, so a run "
+            "cannot resume from it. Load it with R2D2Agent.load_weights(path) and train "
+            "without resume_from, or resume from a checkpoint (CheckpointCallback, "
+            "R2D2Agent.save_checkpoint)",
+        )
     if fmt != FORMAT_NAME:
         raise CorruptCheckpointError(
             path,
@@ -375,6 +386,8 @@ def read_checkpoint(path: str | os.PathLike[str], verify_replay: bool = True) ->
             directory).
         CorruptCheckpointError: If the file is truncated, corrupted (a checksum fails),
             incomplete, or not an r2d2-agent checkpoint.
+        WeightsFileError: If it is a weights file (`save_weights`); the message says how
+            to load it.
     """
     file_path = resolve_checkpoint(path)
     with open_checkpoint(file_path) as file:
