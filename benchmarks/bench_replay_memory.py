@@ -223,7 +223,7 @@ def main() -> None:
             restored = in_fresh_process(restore, args.capacity, compression, path)
             report["runs"].append({**filled, "restore": restored})
             print(json.dumps(report["runs"][-1]), file=sys.stderr)
-    print(json.dumps(report, indent=1))
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

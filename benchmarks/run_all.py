@@ -70,6 +70,10 @@ BENCHMARKS = {
         ["bench_ray.py"],
     ),
     "checkpoint": (["bench_checkpoint.py", "--repeats", "2"], ["bench_checkpoint.py"]),
+    "replay_memory": (
+        ["bench_replay_memory.py", "--capacity", "200", "--sample-every", "0"],
+        ["bench_replay_memory.py"],
+    ),
     "frames": (
         ["bench_frames.py", "--capacity", "80", "--repeats", "2"],
         ["bench_frames.py", "--capacity", "300", "--repeats", "10"],

@@ -215,8 +215,9 @@ class R2D2Learner:
                 another shape (naming the fields or the weight), or with an optimizer
                 of another kind, or holds a replay that does not fit this learner's
                 (naming `memory_capacity` or the other field).
-            CorruptCheckpointError: If the replay's arrays, read from the file now, are
-                gone or fail their checksum.
+            CorruptCheckpointError: If the replay's arrays, read from the file now
+                (straight into the replay's own: the replay is held once), are gone or
+                fail their checksum; the replay is then left empty.
         """
         check_compatible(state, self.config, replay=replay)
         replay_state = None
