@@ -109,6 +109,7 @@ def test_the_compat_module_and_the_config_import_nothing_of_the_package(name):
         "r2d2_agent.checkpoints",
         "r2d2_agent.runlog",
         "r2d2_agent.plot",
+        "r2d2_agent.callbacks",
         "r2d2_agent.distributed",
         "r2d2_agent.distributed.mp.entrypoints",
         "r2d2_agent.distributed.ray_backend.supervisor",

@@ -11,6 +11,7 @@ import pytest
 from r2d2_agent import R2D2Agent
 from r2d2_agent.callbacks import CheckpointCallback, TensorBoardCallback
 from r2d2_agent.compat import tf
+from r2d2_agent.runlog import ScalarEventWriter
 
 LEARNING = dict(memory_warmup=4, train_interval=2, actor_sync_interval=10, seed=3)
 """On top of `make_config`'s tiny CartPole: the learner updates every 2 env steps from the
@@ -60,7 +61,19 @@ def test_tensorboard_callback_pickles_without_its_writer(tmp_path):
     callback = TensorBoardCallback(str(tmp_path))
     callback._scalars("learner", 1, {"losses/td_loss": 1.0})
     clone = pickle.loads(pickle.dumps(callback))
-    assert clone._writer is None and clone.logdir == str(tmp_path)
+    assert clone._writers == {} and clone.logdir == str(tmp_path)
+
+
+def test_scalar_event_writer_files_read_back_with_tensorflow(tmp_path):
+    writer = ScalarEventWriter(tmp_path)
+    writer.scalars(7, {"losses/td_loss": 0.5, "skipped": None})
+    writer.scalars(9, {"losses/td_loss": 0.25})
+    writer.close()
+    (name,) = os.listdir(tmp_path)
+    events = list(tf.compat.v1.train.summary_iterator(str(tmp_path / name)))
+    assert events[0].file_version == "brain.Event:2"
+    read = [(e.step, v.tag, v.simple_value) for e in events[1:] for v in e.summary.value]
+    assert read == [(7, "losses/td_loss", 0.5), (9, "losses/td_loss", 0.25)]
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +131,19 @@ def test_checkpoint_callback_saves_from_the_learner_hooks(make_agent, tmp_path):
 def test_checkpoint_callback_rejects_a_zero_interval():
     with pytest.raises(ValueError, match="interval"):
         CheckpointCallback("x.h5", interval=0)
+
+
+class EpisodeReturns:
+    """A duck-typed callback: only the one keras-rl hook it needs."""
+
+    def __init__(self) -> None:
+        self.returns = []
+
+    def on_episode_end(self, episode, logs=None):
+        self.returns.append(logs["episode_reward"])
+
+
+def test_a_duck_typed_callback_runs_in_fit(make_agent, cartpole):
+    callback = EpisodeReturns()
+    history = make_agent().fit(cartpole, nb_steps=60, verbose=0, callbacks=[callback])
+    assert callback.returns == history.history["episode_reward"] and callback.returns

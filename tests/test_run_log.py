@@ -195,7 +195,10 @@ def test_a_resumed_run_continues_each_actors_env_steps(logged_run):
 
 def test_a_resumed_run_continues_the_learner_updates_and_episodes(logged_run):
     counters = logged_run.checkpoint.counters
-    assert logged_run.second.learner_updates > counters.learner_updates
+    # At least the checkpoint's updates, not a count from zero. (Not necessarily more: the
+    # numpy actors, which load no TensorFlow, can take the 300 env steps while the learner
+    # still builds its update graph on a busy machine.)
+    assert logged_run.second.learner_updates >= counters.learner_updates > 0
     assert logged_run.second.episodes > counters.episodes
 
 

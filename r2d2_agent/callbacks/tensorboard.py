@@ -1,10 +1,12 @@
-"""`TensorBoardCallback`: namespaced `tf.summary` scalars, per process.
+"""`TensorBoardCallback`: namespaced TensorBoard scalars, per process, without TensorFlow.
 
 Metric names (CleanRL style): `charts/episodic_return`, `charts/episodic_length`,
 `charts/epsilon`, `charts/SPS` (env steps per second), `charts/updates_per_second`,
 `charts/replay_size`, `losses/td_loss`, `losses/q_values`, `losses/priority`. Each process
 writes to its own subfolder of `logdir`: `agent` (single process; x: env steps),
-`learner` (x: learner updates), `actor_<i>` (x: that actor's env steps).
+`learner` (x: learner updates), `actor_<i>` (x: that actor's env steps). The event files
+are written by `r2d2_agent.runlog.ScalarEventWriter`, which needs no TensorFlow, so numpy
+actors and the manager's parent stay free of it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from r2d2_agent.callbacks.base import R2D2Callback
 from r2d2_agent.callbacks.rates import RateMeter
+from r2d2_agent.runlog import ScalarEventWriter
 
 
 class TensorBoardCallback(R2D2Callback):
@@ -31,28 +34,24 @@ class TensorBoardCallback(R2D2Callback):
             raise ValueError(f"interval must be >= 1, got {interval!r}")
         self.logdir = os.path.abspath(os.fspath(logdir))  # a Ray worker may have another cwd
         self.interval = int(interval)
-        self._writer: Any = None
+        self._writers: dict[str, ScalarEventWriter] = {}
         self._t0 = 0.0
         self._steps = 0
         self._updates_rate = RateMeter()
         self._steps_rate = RateMeter()
 
     def __getstate__(self) -> dict[str, Any]:  # file writers do not cross processes
-        return {**super().__getstate__(), "_writer": None}
+        return {**super().__getstate__(), "_writers": {}}
 
     def _scalars(self, role: str, step: int, values: dict[str, float | None]) -> None:
-        from r2d2_agent.compat import tf
+        writer = self._writers.get(role)
+        if writer is None:
+            writer = self._writers[role] = ScalarEventWriter(os.path.join(self.logdir, role))
+        writer.scalars(step, values)
 
-        if self._writer is None:
-            self._writer = tf.summary.create_file_writer(f"{self.logdir}/{role}")
-        with self._writer.as_default(step=int(step)):
-            for name, value in values.items():
-                if value is not None:
-                    tf.summary.scalar(name, float(value))
-
-    def _flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+    def _close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
 
     # Single-process agent ----------------------------------------------------------------
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -92,7 +91,7 @@ class TensorBoardCallback(R2D2Callback):
             )
 
     def on_train_end(self, logs: dict | None = None) -> None:
-        self._flush()
+        self._close()
 
     # Manager: learner process --------------------------------------------------------------
     def on_r2d2_learner_train_end(self, learner: Any) -> None:
@@ -113,7 +112,7 @@ class TensorBoardCallback(R2D2Callback):
             )
 
     def on_r2d2_learner_end(self, learner: Any) -> None:
-        self._flush()
+        self._close()
 
     # Manager: actor processes ----------------------------------------------------------------
     def on_r2d2_actor_episode_end(self, actor_index: int, runner: Any, episode: Any) -> None:
@@ -128,4 +127,4 @@ class TensorBoardCallback(R2D2Callback):
         )
 
     def on_r2d2_actor_end(self, actor_index: int, runner: Any) -> None:
-        self._flush()
+        self._close()

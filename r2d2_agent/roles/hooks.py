@@ -15,9 +15,7 @@ __all__ = ["bind_stop_requester", "call_hooks"]
 def call_hooks(callbacks: Sequence[Any], name: str, *args: Any) -> None:
     """Calls hook `name` with `args` on every callback that has it.
 
-    Callbacks need not subclass `R2D2Callback` (which imports TensorFlow through
-    keras-rl): any object with the hook's method works, so actor processes that act with
-    the numpy policy never load TensorFlow.
+    Callbacks need not subclass `R2D2Callback`: any object with the hook's method works.
     """
     for callback in callbacks:
         hook = getattr(callback, name, None)

@@ -4,6 +4,7 @@
   record per line with a single `write` call.
 * `reader`: `read_run`, which loads a run directory into a `RunLog` (a line torn by a
   crash is skipped, not fatal).
+* `tensorboard`: `ScalarEventWriter`, TensorBoard scalars without TensorFlow.
 
 Layout of a run directory (written by `r2d2_agent.callbacks.RunLogCallback`)::
 
@@ -27,6 +28,7 @@ from r2d2_agent.runlog.files import (
     write_json_atomic,
 )
 from r2d2_agent.runlog.reader import RunLog, read_jsonl, read_run
+from r2d2_agent.runlog.tensorboard import ScalarEventWriter
 
 __all__ = [
     "ACTOR_FILE",
@@ -35,6 +37,7 @@ __all__ = [
     "LEARNER_FILE",
     "JsonLinesWriter",
     "RunLog",
+    "ScalarEventWriter",
     "actor_file",
     "read_jsonl",
     "read_run",
