@@ -94,6 +94,10 @@ class TensorBoardCallback(R2D2Callback):
         self._close()
 
     # Manager: learner process --------------------------------------------------------------
+    def on_r2d2_learner_begin(self, learner: Any) -> None:
+        self._updates_rate.rate(learner.updates)  # rates leave out start-up and a resume
+        self._steps_rate.rate(learner.counters().env_steps)
+
     def on_r2d2_learner_train_end(self, learner: Any) -> None:
         if learner.updates % self.interval == 0 and learner.last_metrics:
             m = learner.last_metrics

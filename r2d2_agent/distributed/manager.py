@@ -39,7 +39,11 @@ from r2d2_agent.envs.checks import check_env_matches_config
 from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import play_episodes
-from r2d2_agent.roles.hooks import bind_stop_requester, call_hooks
+from r2d2_agent.roles.hooks import (
+    bind_stop_requester,
+    call_hooks,
+    warn_skipped_keras_rl_hooks,
+)
 
 __all__ = ["R2D2Manager"]
 
@@ -61,7 +65,10 @@ class R2D2Manager:
         image_model: Picklable `ImageModel` for image inputs.
         callbacks: Picklable callbacks (`R2D2Callback` hooks; duck typing works): the
             train hooks run in the parent, the learner hooks in the learner, the actor
-            hooks in every actor (each process gets its own copy).
+            hooks in every actor (each process gets its own copy). keras-rl's hooks
+            (`on_episode_end`, ...) run in `R2D2Agent.fit`/`test` only: a callback that
+            implements one without its manager counterpart gets a `UserWarning` here,
+            naming the `on_r2d2_*` hook to use.
         max_actor_restarts: Restarts allowed per actor index after it dies; one more
             death stops the run with `R2D2ProcessError`.
         actors_on_cpu: Hide GPUs from actor processes, so N actors do not each reserve GPU
@@ -164,6 +171,7 @@ class R2D2Manager:
         )
         _check_env(env_factory, config, builder.observation_dtype)
         check_replay_fits(config, builder.observation_dtype)  # the learner's, before it starts
+        warn_skipped_keras_rl_hooks(self.spec.callbacks, stacklevel=2)
         self._run: Any = None  # a Supervisor or a RaySupervisor while `train` runs
         self._final_weights: list[np.ndarray] | None = None
         self._eval_policy: Any = None

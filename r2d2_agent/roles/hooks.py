@@ -1,15 +1,53 @@
-"""Calling `R2D2Callback` hooks on duck-typed callbacks, in any process, and binding the
-way a callback ends the run (`R2D2Callback.request_stop`).
+"""Calling `R2D2Callback` hooks on duck-typed callbacks, in any process, binding the way a
+callback ends the run (`R2D2Callback.request_stop`), and naming the keras-rl hooks a
+manager run would skip.
 
 Used by the single-process agent's `fit`/`test` and by the distributed loops and backends.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["bind_stop_requester", "call_hooks"]
+__all__ = [
+    "KERAS_RL_HOOKS",
+    "bind_stop_requester",
+    "call_hooks",
+    "skipped_keras_rl_hooks",
+    "warn_skipped_keras_rl_hooks",
+]
+
+KERAS_RL_HOOKS: dict[str, tuple[str, ...]] = {
+    "on_train_begin": ("on_r2d2_train_begin", "on_r2d2_learner_begin", "on_r2d2_actor_begin"),
+    "on_train_end": ("on_r2d2_train_end", "on_r2d2_learner_end", "on_r2d2_actor_end"),
+    "on_episode_begin": ("on_r2d2_actor_episode_end",),
+    "on_episode_end": ("on_r2d2_actor_episode_end",),
+    "on_step_begin": ("on_r2d2_learner_train_begin",),
+    "on_step_end": ("on_r2d2_learner_train_end", "on_r2d2_actor_episode_end"),
+    "on_action_begin": (),
+    "on_action_end": (),
+}
+"""keras-rl's hooks, which only `R2D2Agent.fit`/`test` run, and the manager hooks a
+manager run has in their place (a callback that implements one of those handles the
+manager itself)."""
+
+_INSTEAD = {
+    "on_r2d2_train_begin": "on_r2d2_train_begin() (the parent)",
+    "on_r2d2_learner_begin": "on_r2d2_learner_begin(learner) (the learner)",
+    "on_r2d2_actor_begin": "on_r2d2_actor_begin(actor_index, runner) (each actor)",
+    "on_r2d2_train_end": "on_r2d2_train_end() (the parent)",
+    "on_r2d2_learner_end": "on_r2d2_learner_end(learner) (the learner)",
+    "on_r2d2_actor_end": "on_r2d2_actor_end(actor_index, runner) (each actor)",
+    "on_r2d2_actor_episode_end": (
+        "on_r2d2_actor_episode_end(actor_index, runner, episode) (each actor, per episode)"
+    ),
+    "on_r2d2_learner_train_begin": "on_r2d2_learner_train_begin(learner) (per learner update)",
+    "on_r2d2_learner_train_end": "on_r2d2_learner_train_end(learner) (per learner update)",
+}
+
+_BASE_MODULES = ("r2d2_agent.callbacks.", "rl.", "tensorflow.", "tf_keras.", "keras.")
 
 
 def call_hooks(callbacks: Sequence[Any], name: str, *args: Any) -> None:
@@ -36,3 +74,53 @@ def bind_stop_requester(callbacks: Sequence[Any], requester: Any) -> None:
         bind = getattr(callback, "set_stop_requester", None)
         if bind is not None:
             bind(requester)
+
+
+def _implements(callback: Any, name: str) -> bool:
+    """Whether `callback` has hook `name` of its own: not the no-op default of
+    `R2D2Callback` or of keras-rl's (Keras's) `Callback` base."""
+    if not callable(getattr(callback, name, None)):
+        return False
+    for cls in type(callback).__mro__:
+        if name in vars(cls):
+            is_base = cls.__name__ in ("R2D2Callback", "Callback") and cls.__module__.startswith(
+                _BASE_MODULES
+            )
+            return not is_base
+    return True  # set on the instance
+
+
+def skipped_keras_rl_hooks(callback: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """The keras-rl hooks `callback` implements that a manager run would not call (the
+    callback implements none of the manager hooks in their place), each with those hooks.
+    """
+    return [
+        (hook, instead)
+        for hook, instead in KERAS_RL_HOOKS.items()
+        if _implements(callback, hook) and not any(_implements(callback, h) for h in instead)
+    ]
+
+
+def warn_skipped_keras_rl_hooks(callbacks: Sequence[Any], stacklevel: int = 2) -> None:
+    """Warns once per callback about the keras-rl hooks a manager run will not call,
+    naming each and the `on_r2d2_*` hooks to use instead.
+
+    Args:
+        callbacks: The manager's callbacks.
+        stacklevel: As for `warnings.warn`, counted from the caller of this function.
+    """
+    for callback in callbacks:
+        skipped = skipped_keras_rl_hooks(callback)
+        if not skipped:
+            continue
+        name = type(callback).__name__
+        lines = []
+        for hook, instead in skipped:
+            use = " or ".join(_INSTEAD[h] for h in instead) if instead else "no manager hook"
+            lines.append(f"{name}.{hook}: use {use}")
+        warnings.warn(
+            f"R2D2Manager will not call these hooks of {name} (keras-rl's hooks run in "
+            "R2D2Agent.fit/test only): " + "; ".join(lines),
+            UserWarning,
+            stacklevel=stacklevel + 1,
+        )
