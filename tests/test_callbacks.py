@@ -9,9 +9,15 @@ import numpy as np
 import pytest
 
 from r2d2_agent import R2D2Agent
-from r2d2_agent.callbacks import CheckpointCallback, TensorBoardCallback
+from r2d2_agent.callbacks import (
+    CheckpointCallback,
+    R2D2Callback,
+    RunLogCallback,
+    TensorBoardCallback,
+)
 from r2d2_agent.compat import tf
-from r2d2_agent.runlog import ScalarEventWriter
+from r2d2_agent.roles.hooks import MetricLogger
+from r2d2_agent.runlog import ScalarEventWriter, read_run
 
 LEARNING = dict(memory_warmup=4, train_interval=2, actor_sync_interval=10, seed=3)
 """On top of `make_config`'s tiny CartPole: the learner updates every 2 env steps from the
@@ -147,3 +153,39 @@ def test_a_duck_typed_callback_runs_in_fit(make_agent, cartpole):
     callback = EpisodeReturns()
     history = make_agent().fit(cartpole, nb_steps=60, verbose=0, callbacks=[callback])
     assert callback.returns == history.history["episode_reward"] and callback.returns
+
+
+class StepMetric(R2D2Callback):
+    """Logs the agent's env steps and updates at every episode end as custom metrics."""
+
+    def on_episode_end(self, episode, logs=None):
+        self.log_metric("seen_steps", self.model.step)
+        self.log_metric("seen_updates", self.model.learner.updates)
+
+
+def test_a_custom_metric_from_fit_lands_in_the_run_directory(make_agent, cartpole, tmp_path):
+    agent = make_agent()
+    callbacks = [RunLogCallback(tmp_path, tensorboard=False), StepMetric()]
+    agent.fit(cartpole, nb_steps=100, verbose=0, callbacks=callbacks)
+    log = read_run(tmp_path)
+    steps, updates = log.metric("seen_steps")["agent"], log.metric("seen_updates")["agent"]
+    assert steps and all(r["value"] == r["env_steps"] for r in steps)
+    assert updates[-1]["value"] > 0 and all(r["value"] == r["updates"] for r in updates)
+
+
+def test_log_metric_outside_a_run_says_where_it_works():
+    with pytest.raises(RuntimeError, match="log_metric"):
+        StepMetric().log_metric("x", 1.0)
+
+
+def test_a_metric_without_a_sink_warns_once(caplog):
+    metrics = MetricLogger([StepMetric()], "learner", lambda: (0, 0))
+    metrics("x", 1.0)
+    metrics("x", 2.0)
+    assert [r.message.count("goes nowhere") for r in caplog.records] == [1]
+
+
+@pytest.mark.parametrize("value", ["1.0", None, True])
+def test_a_metric_value_must_be_a_real_number(value):
+    with pytest.raises(TypeError, match="'x' must be a real number"):
+        MetricLogger([], "agent", lambda: (0, 0))("x", value)

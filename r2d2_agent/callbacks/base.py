@@ -10,6 +10,11 @@ A hook can end the whole run cleanly with `self.request_stop(reason)`: the agent
 stops before its next step; in a manager run, from any process, the parent stops every
 process and `train` returns with `stop_reason == "callback"`.
 
+A hook can log a metric of its own with `self.log_metric(name, value)`, in any process:
+the value, stamped with the process and the run's env steps (and learner updates), goes
+to the run directory (`RunLogCallback`: `metrics-<process>.jsonl`) and to TensorBoard
+(`custom/<name>`), and `python -m r2d2_agent.plot RUN_DIR --metric <name>` draws it.
+
 `R2D2Callback` does not subclass keras-rl's `Callback` (whose module imports TensorFlow):
 it has the same methods and attributes (`model`, `params`, `env`, `set_model`,
 `set_params`, the hooks), so subclassing it keeps the manager's parent and numpy actors
@@ -40,6 +45,7 @@ class R2D2Callback:
     params: dict[str, Any] | None = None
     env: Any = None
     _stop_requester: Callable[[str], None] | None = None
+    _metric_logger: Callable[[str, float], None] | None = None
 
     def __init__(self) -> None:
         self.model = None
@@ -68,10 +74,43 @@ class R2D2Callback:
         when the run is over); not for users."""
         self._stop_requester = requester
 
+    # --- metrics of your own (any process) ---
+    def log_metric(self, name: str, value: float) -> None:
+        """Logs `value` under `name` from any hook, in any process (as SB3's
+        `logger.record`).
+
+        The value is stamped with the process ("agent", "parent", "learner",
+        "actor-<i>"), the run's env steps and the learner updates, and goes to every
+        callback of this process that writes metrics: `RunLogCallback` appends it to
+        `RUN_DIR/metrics-<process>.jsonl` and writes it to TensorBoard as
+        `custom/<name>` (x: env steps), as does `TensorBoardCallback`. Without either
+        attached, it goes nowhere (a warning says so once).
+
+        Args:
+            name: The metric's name, e.g. "q_spread" (shown as `custom/q_spread`).
+            value: A real number.
+
+        Raises:
+            RuntimeError: Outside a running `fit`, `test` or `train`.
+            ValueError: If `name` is empty.
+            TypeError: If `value` is not a real number.
+        """
+        if self._metric_logger is None:
+            raise RuntimeError(
+                "log_metric() works from the hooks of a running fit(), test() or "
+                "R2D2Manager.train() (after the run: R2D2Manager.log_metric)"
+            )
+        self._metric_logger(name, value)
+
+    def set_metric_logger(self, metric_logger: Callable[[str, float], None] | None) -> None:
+        """Called by whoever runs the hooks with this process's metric logger (None when
+        the run is over); not for users."""
+        self._metric_logger = metric_logger
+
     def __getstate__(self) -> dict[str, Any]:
-        # The requester, the agent and the env belong to the process that set them.
+        # The requester, the logger, the agent and the env belong to the process that set them.
         state = dict(self.__dict__)
-        for name in ("_stop_requester", "model", "env"):
+        for name in ("_stop_requester", "_metric_logger", "model", "env"):
             state.pop(name, None)
         return state
 

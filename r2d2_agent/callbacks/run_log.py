@@ -3,9 +3,11 @@
 Each process appends JSON lines to its own file (see `r2d2_agent.runlog.files` for why
 one file per process): actor i writes `actor-<i>.jsonl` (one line per episode), the
 learner `learner.jsonl` (one line every `interval` updates) and `run.json`, the parent
-`eval.jsonl` (`log_evaluation`). TensorBoard summaries go to `RUN_DIR/tensorboard`
-through a `TensorBoardCallback`. The single-process agent writes the same files (as actor
-0 and the learner), so `python -m r2d2_agent.plot RUN_DIR` draws either kind of run.
+`eval.jsonl` (`log_evaluation`), and every process its custom metrics
+(`R2D2Callback.log_metric`) to `metrics-<process>.jsonl`. TensorBoard summaries go to
+`RUN_DIR/tensorboard` through a `TensorBoardCallback`. The single-process agent writes the
+same files (as actor 0 and the learner), so `python -m r2d2_agent.plot RUN_DIR` draws
+either kind of run.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from r2d2_agent.runlog import (
     LEARNER_FILE,
     JsonLinesWriter,
     actor_file,
+    metrics_file,
     write_json_atomic,
 )
 
@@ -135,6 +138,22 @@ class RunLogCallback(R2D2Callback):
         )
         self._close()
 
+    def on_r2d2_metric(self, record: Any) -> None:
+        """A custom metric of this process (`log_metric`): a line of
+        `metrics-<process>.jsonl`, and TensorBoard's `custom/<name>`."""
+        self._write(
+            metrics_file(record.process),
+            {
+                "time": record.time,
+                "process": record.process,
+                "name": record.name,
+                "value": record.value,
+                "env_steps": record.env_steps,
+                "updates": record.updates,
+            },
+        )
+        self._forward("on_r2d2_metric", record)
+
     def _draw(self) -> None:
         if not self.plot:
             return
@@ -157,6 +176,7 @@ class RunLogCallback(R2D2Callback):
 
     def on_r2d2_train_end(self) -> None:
         self._close()
+        self._forward("on_r2d2_train_end")
         self._draw()
 
     # Manager: learner process --------------------------------------------------------------

@@ -53,6 +53,13 @@ class TensorBoardCallback(R2D2Callback):
         for writer in self._writers.values():
             writer.close()
 
+    # Custom metrics (any process) ----------------------------------------------------------
+    def on_r2d2_metric(self, record: Any) -> None:
+        """A custom metric (`log_metric`): `custom/<name>` in the process's folder, at the
+        run's env steps."""
+        folder = record.process.replace("-", "_")  # actor-0 -> actor_0
+        self._scalars(folder, record.env_steps or 0, {f"custom/{record.name}": record.value})
+
     # Single-process agent ----------------------------------------------------------------
     def on_train_begin(self, logs: dict | None = None) -> None:
         self._t0, self._steps = time.perf_counter(), 0
@@ -91,6 +98,10 @@ class TensorBoardCallback(R2D2Callback):
             )
 
     def on_train_end(self, logs: dict | None = None) -> None:
+        self._close()
+
+    # Manager: parent process ---------------------------------------------------------------
+    def on_r2d2_train_end(self) -> None:
         self._close()
 
     # Manager: learner process --------------------------------------------------------------

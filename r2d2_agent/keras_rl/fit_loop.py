@@ -14,7 +14,7 @@ from typing import Any
 from r2d2_agent.compat import keras, rl_callbacks
 from r2d2_agent.envs.gymnasium_env import GymnasiumEnv
 from r2d2_agent.roles.episode_loop import EpisodeLoop, EpisodeObserver, EpisodeResult, Transition
-from r2d2_agent.roles.hooks import bind_stop_requester
+from r2d2_agent.roles.hooks import MetricLogger, bind_metric_logger, bind_stop_requester
 
 __all__ = ["KerasRLAdapter", "KerasRLCallbacks", "as_keras_rl_callback", "run_keras_rl_loop"]
 
@@ -229,6 +229,10 @@ def run_keras_rl_loop(
     agent.stop_reason = None
     user_callbacks = list(callbacks or [])
     bind_stop_requester(user_callbacks, agent.request_stop)
+    bind_metric_logger(
+        user_callbacks,
+        MetricLogger(user_callbacks, "agent", lambda: (agent.step, agent.learner.updates)),
+    )
     try:
         if agent.training:
             agent._on_train_begin()
@@ -244,6 +248,7 @@ def run_keras_rl_loop(
         callback_list.on_train_end(logs={"did_abort": did_abort, "stop_reason": agent.stop_reason})
     finally:
         bind_stop_requester(user_callbacks, None)
+        bind_metric_logger(user_callbacks, None)
     if agent.training:
         agent._on_train_end()
     else:

@@ -1,18 +1,25 @@
-"""Calling `R2D2Callback` hooks on duck-typed callbacks, in any process, binding the way a
-callback ends the run (`R2D2Callback.request_stop`), and naming the keras-rl hooks a
-manager run would skip.
+"""Calling `R2D2Callback` hooks on duck-typed callbacks, in any process; binding the way a
+callback ends the run (`R2D2Callback.request_stop`) and logs a metric of its own
+(`R2D2Callback.log_metric`); naming the keras-rl hooks a manager run would skip.
 
 Used by the single-process agent's `fit`/`test` and by the distributed loops and backends.
 """
 
 from __future__ import annotations
 
+import logging
+import numbers
+import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "KERAS_RL_HOOKS",
+    "MetricLogger",
+    "MetricRecord",
+    "bind_metric_logger",
     "bind_stop_requester",
     "call_hooks",
     "skipped_keras_rl_hooks",
@@ -74,6 +81,87 @@ def bind_stop_requester(callbacks: Sequence[Any], requester: Any) -> None:
         bind = getattr(callback, "set_stop_requester", None)
         if bind is not None:
             bind(requester)
+
+
+@dataclass(frozen=True)
+class MetricRecord:
+    """One value of a custom metric (`R2D2Callback.log_metric`), as the sinks get it.
+
+    Attributes:
+        name: The metric's name (TensorBoard shows it as `custom/<name>`).
+        value: The value.
+        process: Who logged it: "agent", "parent", "learner" or "actor-<i>".
+        env_steps: The run's env steps (all actors) when it was logged; None if unknown.
+        updates: Learner updates when it was logged (None in actors).
+        time: Unix time.
+    """
+
+    name: str
+    value: float
+    process: str
+    env_steps: int | None
+    updates: int | None
+    time: float
+
+
+class MetricLogger:
+    """A process's custom metrics: `logger(name, value)` stamps the value with the process
+    and its counters and hands the `MetricRecord` to every callback that writes metrics
+    (`on_r2d2_metric(record)`: `RunLogCallback`, `TensorBoardCallback`, or your own).
+
+    Args:
+        callbacks: The callbacks of this process.
+        process: Its name in the records ("agent", "parent", "learner", "actor-<i>").
+        counters: Returns (the run's env steps, learner updates) now; either may be None.
+    """
+
+    def __init__(
+        self,
+        callbacks: Sequence[Any],
+        process: str,
+        counters: Callable[[], tuple[int | None, int | None]],
+    ) -> None:
+        self.callbacks = tuple(callbacks)
+        self.process = process
+        self.counters = counters
+        self._warned = False
+
+    def __call__(self, name: str, value: Any) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"a metric name must be a non-empty string, got {name!r}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"metric {name!r} must be a real number, got {value!r}")
+        sinks = [c for c in self.callbacks if callable(getattr(c, "on_r2d2_metric", None))]
+        if not sinks:
+            if not self._warned:
+                self._warned = True
+                logging.getLogger(__name__).warning(
+                    "metric %r logged in %s goes nowhere: attach a RunLogCallback or a "
+                    "TensorBoardCallback to write custom metrics",
+                    name,
+                    self.process,
+                )
+            return
+        env_steps, updates = self.counters()
+        record = MetricRecord(
+            name=name,
+            value=float(value),
+            process=self.process,
+            env_steps=None if env_steps is None else int(env_steps),
+            updates=None if updates is None else int(updates),
+            time=time.time(),
+        )
+        for sink in sinks:
+            sink.on_r2d2_metric(record)
+
+
+def bind_metric_logger(callbacks: Sequence[Any], metric_logger: MetricLogger | None) -> None:
+    """Gives every callback that can log metrics (`R2D2Callback.log_metric`: any object
+    with `set_metric_logger`) this process's `MetricLogger`; None unbinds."""
+    for callback in callbacks:
+        bind = getattr(callback, "set_metric_logger", None)
+        if bind is not None:
+            bind(metric_logger)
 
 
 def _implements(callback: Any, name: str) -> bool:

@@ -12,6 +12,7 @@ Layout of a run directory (written by `r2d2_agent.callbacks.RunLogCallback`)::
     actor-<i>.jsonl     one line per finished episode of actor i
     learner.jsonl       one line every `interval` learner updates
     eval.jsonl          one line per evaluation (when there are evaluations)
+    metrics-<process>.jsonl  one line per custom metric value (`log_metric`) of a process
     tensorboard/        TensorBoard event files, one subfolder per process
     learning_curve.png  `python -m r2d2_agent.plot RUN_DIR`
 
@@ -23,8 +24,10 @@ from r2d2_agent.runlog.files import (
     EVAL_FILE,
     INFO_FILE,
     LEARNER_FILE,
+    METRICS_FILE,
     JsonLinesWriter,
     actor_file,
+    metrics_file,
     write_json_atomic,
 )
 from r2d2_agent.runlog.reader import RunLog, read_jsonl, read_run
@@ -35,10 +38,12 @@ __all__ = [
     "EVAL_FILE",
     "INFO_FILE",
     "LEARNER_FILE",
+    "METRICS_FILE",
     "JsonLinesWriter",
     "RunLog",
     "ScalarEventWriter",
     "actor_file",
+    "metrics_file",
     "read_jsonl",
     "read_run",
     "write_json_atomic",

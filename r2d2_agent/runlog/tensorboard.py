@@ -18,9 +18,6 @@ from typing import Any
 
 __all__ = ["ScalarEventWriter"]
 
-_FLUSH_SECONDS = 10.0
-"""Longest time written scalars wait in the file buffer (TensorBoard reads what is on disk)."""
-
 _FILE_NUMBERS = itertools.count()  # tells apart files one process opens in the same second
 
 
@@ -40,7 +37,6 @@ class ScalarEventWriter:
         self.path: str | None = None
         """The event file (None before the first scalar)."""
         self._records: Any = None
-        self._last_flush = 0.0
 
     def _open(self) -> Any:
         from tensorboard.compat.proto import event_pb2
@@ -56,11 +52,12 @@ class ScalarEventWriter:
         records = RecordWriter(open(self.path, "ab"))  # closed by close()
         header = event_pb2.Event(wall_time=now, file_version="brain.Event:2")
         records.write(header.SerializeToString())
-        self._last_flush = time.monotonic()
         return records
 
     def scalars(self, step: int, values: dict[str, float | None]) -> None:
-        """Writes `values` (tag -> number; None is skipped) as one event at `step`."""
+        """Writes `values` (tag -> number; None is skipped) as one event at `step`, and
+        hands it to the operating system at once (one `write` per call: TensorBoard sees
+        it while the run goes on, and a killed process loses nothing written)."""
         from tensorboard.compat.proto import event_pb2, summary_pb2
 
         kept = [
@@ -76,17 +73,10 @@ class ScalarEventWriter:
             wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=kept)
         )
         self._records.write(event.SerializeToString())
-        if time.monotonic() - self._last_flush > _FLUSH_SECONDS:
-            self.flush()
-
-    def flush(self) -> None:
-        """Hands what was written to the operating system."""
-        if self._records is not None:
-            self._records.flush()
-            self._last_flush = time.monotonic()
+        self._records.flush()
 
     def close(self) -> None:
-        """Flushes and closes the file (a later `scalars` call opens a new one)."""
+        """Closes the file (a later `scalars` call opens a new one)."""
         if self._records is not None:
             self._records.close()
             self._records = None
