@@ -4,7 +4,8 @@
 
 Top: episode return against env steps (all actors together): one faint line per actor,
 the moving average over all actors' episodes, and the evaluation points when the run has
-any. Below: the learner's loss (and mean Q on a second axis) against env steps. Each
+any. Below: the learner's loss (and mean Q, in return units when the run logged them,
+on a second axis) against env steps. Each
 `--metric NAME` (a custom metric of `log_metric`, with or without its `custom/` prefix)
 adds a panel: its values against env steps, one line per process that logged it.
 Without `-o` the picture is written to `RUN_DIR/learning_curve.png`. Also available at the
@@ -83,11 +84,15 @@ def _draw_learner(ax, log: RunLog) -> None:
     ax.set_ylabel("TD loss", color="tab:blue")
     ax.set_xlabel("env steps (all actors)" if use_steps else "learner updates")
     ax.grid(alpha=0.3)
-    mean_q = [r.get("mean_q") for r in records]
+    # Return units when the run logged them (h⁻¹ of the mean), else the network's units.
+    field, unit = ("mean_q_return", "return units")
+    if any(r.get(field) is None for r in records):
+        field, unit = ("mean_q_network", "network units")
+    mean_q = [r.get(field) for r in records]
     if all(q is not None for q in mean_q):
         twin = ax.twinx()
         twin.plot(x, mean_q, color="tab:orange", lw=1.0, label="mean Q")
-        twin.set_ylabel("mean Q (network units)", color="tab:orange")
+        twin.set_ylabel(f"mean Q ({unit})", color="tab:orange")
 
 
 def _draw_metric(ax, log: RunLog, name: str) -> None:

@@ -16,6 +16,7 @@ from r2d2_agent.callbacks import (
     TensorBoardCallback,
 )
 from r2d2_agent.compat import tf
+from r2d2_agent.math import inverse_rescale
 from r2d2_agent.roles.hooks import MetricLogger
 from r2d2_agent.runlog import ScalarEventWriter, read_run
 
@@ -58,9 +59,60 @@ def test_tensorboard_callback_writes_namespaced_metrics(make_agent, cartpole, tm
         "charts/episodic_return",
         "charts/episodic_length",
         "losses/td_loss",
-        "losses/q_values",
+        "losses/q_values_network",
+        "losses/q_values_return",
+        "charts/updates",
         "charts/SPS",
     } <= tags
+
+
+def _scalars(folder):
+    """{tag: [(step, value), ...]} of the event files in `folder`."""
+    found = {}
+    for name in sorted(os.listdir(folder)):
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(folder, name)):
+            for value in event.summary.value:
+                found.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return found
+
+
+def _fake_learner(make_config, updates, env_steps, mean_q):
+    config = make_config()
+    return SimpleNamespace(
+        config=config,
+        updates=updates,
+        replay=[None] * 7,
+        last_metrics={"loss": 0.5, "mean_q": mean_q, "mean_priority": 0.1},
+        counters=lambda: SimpleNamespace(env_steps=env_steps),
+    )
+
+
+def test_tensorboard_learner_scalars_are_at_the_runs_env_steps(make_config, tmp_path):
+    callback = TensorBoardCallback(str(tmp_path), interval=10)
+    callback.on_r2d2_learner_train_end(_fake_learner(make_config, 30, 1234, 2.0))
+    callback.on_r2d2_learner_end(None)
+    scalars = _scalars(tmp_path / "learner")
+    assert scalars["losses/td_loss"] == [(1234, 0.5)]
+    assert scalars["charts/updates"] == [(1234, 30.0)]
+
+
+def test_tensorboard_logs_mean_q_in_network_and_return_units(make_config, tmp_path):
+    callback = TensorBoardCallback(str(tmp_path), interval=10)
+    callback.on_r2d2_learner_train_end(_fake_learner(make_config, 10, 100, 5.0))
+    callback.on_r2d2_learner_end(None)
+    scalars = _scalars(tmp_path / "learner")
+    assert scalars["losses/q_values_network"] == [(100, 5.0)]
+    ((step, value),) = scalars["losses/q_values_return"]
+    assert value == pytest.approx(float(inverse_rescale(5.0)), rel=1e-6) and value > 30
+
+
+def test_tensorboard_actor_scalars_are_at_the_runs_env_steps(tmp_path):
+    callback = TensorBoardCallback(str(tmp_path))
+    runner = SimpleNamespace(steps=200, run_env_steps=500, epsilon=0.1)
+    episode = SimpleNamespace(episode_return=12.0, episode_steps=12)
+    callback.on_r2d2_actor_episode_end(1, runner, episode)
+    callback.on_r2d2_actor_end(1, runner)
+    assert _scalars(tmp_path / "actor_1")["charts/episodic_return"] == [(500, 12.0)]
 
 
 def test_tensorboard_callback_pickles_without_its_writer(tmp_path):

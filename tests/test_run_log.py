@@ -135,7 +135,8 @@ def test_learner_records_every_interval_updates_and_at_the_end(logged_run):
 
 def test_learner_records_carry_every_metric(logged_run):
     records = logged_run.first_log.learner
-    fields = {"loss", "mean_q", "mean_priority", "replay_size", "updates_per_second"}
+    fields = {"loss", "mean_q_network", "mean_q_return", "mean_priority", "replay_size"}
+    fields |= {"updates_per_second"}
     assert fields | {"env_steps", "env_steps_per_second"} <= set(records[-1])
     assert all(r["loss"] is not None for r in records)
 
@@ -233,6 +234,12 @@ def test_a_resumed_run_appends_to_the_same_actor_logs(logged_run):
             second[len(first)]["env_steps"]
             > logged_run.checkpoint.counters.actor_env_steps[index] - 1
         )
+
+
+def test_the_reader_names_an_earlier_versions_mean_q_mean_q_network(tmp_path):
+    (tmp_path / "learner.jsonl").write_text('{"updates":10,"loss":0.5,"mean_q":1.5}\n')
+    (record,) = read_run(tmp_path).learner
+    assert record["mean_q_network"] == 1.5 and "mean_q" not in record
 
 
 def test_torn_last_lines_are_skipped_by_the_reader(tmp_path):

@@ -19,7 +19,7 @@ from typing import Any
 
 from r2d2_agent.callbacks.base import R2D2Callback
 from r2d2_agent.callbacks.rates import RateMeter
-from r2d2_agent.callbacks.tensorboard import TensorBoardCallback
+from r2d2_agent.callbacks.tensorboard import TensorBoardCallback, mean_q_in_return_units
 from r2d2_agent.checkpoints import config_as_data
 from r2d2_agent.runlog import (
     EVAL_FILE,
@@ -115,7 +115,8 @@ class RunLogCallback(R2D2Callback):
                 "updates": learner.updates,
                 "env_steps": env_steps,
                 "loss": metrics.get("loss"),
-                "mean_q": metrics.get("mean_q"),
+                "mean_q_network": metrics.get("mean_q"),
+                "mean_q_return": mean_q_in_return_units(metrics.get("mean_q"), learner.config),
                 "mean_priority": metrics.get("mean_priority"),
                 "replay_size": len(learner.replay),
                 "updates_per_second": self._updates_rate.rate(learner.updates),

@@ -111,6 +111,15 @@ class RunLog:
         return out
 
 
+def _current_names(record: dict[str, Any]) -> dict[str, Any]:
+    """A learner record with today's field names (earlier versions wrote `mean_q`, in
+    network units, for `mean_q_network`)."""
+    if "mean_q" in record and "mean_q_network" not in record:
+        record = {**record, "mean_q_network": record["mean_q"]}
+        del record["mean_q"]
+    return record
+
+
 def read_run(directory: str | os.PathLike[str]) -> RunLog:
     """Loads a run directory written by `RunLogCallback`.
 
@@ -137,6 +146,7 @@ def read_run(directory: str | os.PathLike[str]) -> RunLog:
             skipped += bad
     metrics.sort(key=lambda r: r.get("time", 0.0))
     learner, bad = read_jsonl(os.path.join(directory, LEARNER_FILE))
+    learner = [_current_names(record) for record in learner]
     skipped += bad
     evaluations, bad = read_jsonl(os.path.join(directory, EVAL_FILE))
     skipped += bad
