@@ -71,8 +71,8 @@ def _imported_units(module_path: pathlib.Path) -> set[str]:
 
 def _library_files() -> list[pathlib.Path]:
     """Every module but the public facade (`r2d2_agent/__init__.py`, which re-exports from
-    every layer) and the deprecated-path aliases."""
-    facade = {PACKAGE / "__init__.py", PACKAGE / "_aliases.py"}
+    every layer)."""
+    facade = {PACKAGE / "__init__.py"}
     return [f for f in sorted(PACKAGE.rglob("*.py")) if f not in facade]
 
 
