@@ -11,7 +11,8 @@ Layers, bottom to top (a module may import its own subpackage and any lower laye
     4  roles, plot             actor, learner, builder, episode loop; the learning-curve plot
     5  keras_rl, callbacks     the keras-rl face
     6  distributed             the manager and its backends
-    7  testing                 test utilities (masked CartPole, benchmark protocol)
+    7  testing, cli            test utilities (masked CartPole, benchmark protocol);
+                               the `r2d2-train` command
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ LAYERS = {
     "callbacks": 5,
     "distributed": 6,
     "testing": 7,
+    "cli": 7,
 }
 
 
@@ -115,6 +117,7 @@ def test_the_compat_module_and_the_config_import_nothing_of_the_package(name):
         "r2d2_agent.distributed.ray_backend.supervisor",
         "r2d2_agent.testing",
         "r2d2_agent.presets",
+        "r2d2_agent.cli",
     ],
 )
 def test_module_imports_without_tensorflow(module):
