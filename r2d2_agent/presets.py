@@ -78,6 +78,11 @@ def cartpole_config(**overrides: Any) -> R2D2Config:
 
     Args:
         **overrides: Any `R2D2Config` field.
+
+    Example:
+        >>> config = cartpole_config(seed=0, lstm_units=128)
+        >>> config.lstm_units, config.learning_rate, config.seed
+        (128, 0.002, 0)
     """
     return R2D2Config(**{**_CARTPOLE, **overrides})
 

@@ -94,6 +94,16 @@ class R2D2Callback:
             RuntimeError: Outside a running `fit`, `test` or `train`.
             ValueError: If `name` is empty.
             TypeError: If `value` is not a real number.
+
+        Example:
+            >>> class ReplayFill(R2D2Callback):
+            ...     def on_r2d2_learner_train_end(self, learner):  # in the learner
+            ...         if learner.updates % 100 == 0:
+            ...             self.log_metric("replay_size", len(learner.replay))
+            >>> ReplayFill().log_metric("replay_size", 1.0)  # outside a run
+            Traceback (most recent call last):
+            ...
+            RuntimeError: log_metric() works from the hooks of a running fit(), ...
         """
         if self._metric_logger is None:
             raise RuntimeError(

@@ -271,6 +271,18 @@ class R2D2Agent(rl_core.Agent):
             A `Prediction`: `action, q_values, state = agent.predict(...)`, with the
             Q-values in return units (as `compute_q_values`).
 
+        Example:
+            >>> import gymnasium as gym
+            >>> from r2d2_agent.presets import cartpole_config
+            >>> agent = R2D2Agent(cartpole_config(seed=0))
+            >>> env = gym.make("CartPole-v1")
+            >>> observation, _ = env.reset(seed=0)
+            >>> action, q_values, state = agent.predict(observation)  # a new episode
+            >>> observation, reward, terminated, truncated, _ = env.step(action)
+            >>> action, q_values, state = agent.predict(observation, state)  # its next step
+            >>> q_values.shape, action == int(q_values.argmax())
+            ((2,), True)
+
         Raises:
             TypeError: If `state` is not a `RecurrentState` (or None).
             ValueError: If `epsilon` is outside [0, 1], or `reward` is missing with

@@ -123,6 +123,14 @@ def _current_names(record: dict[str, Any]) -> dict[str, Any]:
 def read_run(directory: str | os.PathLike[str]) -> RunLog:
     """Loads a run directory written by `RunLogCallback`.
 
+    Example:
+        >>> from r2d2_agent.runlog import JsonLinesWriter
+        >>> writer = JsonLinesWriter("run/metrics-learner.jsonl")
+        >>> writer.write({"name": "replay_size", "value": 64, "process": "learner"})
+        >>> writer.close()
+        >>> [r["value"] for r in read_run("run").metric("replay_size")["learner"]]
+        [64]
+
     Raises:
         FileNotFoundError: If `directory` does not exist.
         ValueError: If it holds no run log (no `actor-<i>.jsonl`, `learner.jsonl` or
