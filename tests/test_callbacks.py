@@ -87,20 +87,23 @@ def _fake_learner(make_config, updates, env_steps, mean_q):
     )
 
 
-def test_tensorboard_learner_scalars_are_at_the_runs_env_steps(make_config, tmp_path):
-    callback = TensorBoardCallback(str(tmp_path), interval=10)
-    callback.on_r2d2_learner_train_end(_fake_learner(make_config, 30, 1234, 2.0))
+def _learner_scalars(make_config, folder, updates, env_steps, mean_q):
+    """{tag: [(step, value)]} a TensorBoardCallback writes for one update of a learner
+    at `updates` updates, `env_steps` env steps and a mean Q of `mean_q`."""
+    callback = TensorBoardCallback(str(folder), interval=10)
+    callback.on_r2d2_learner_train_end(_fake_learner(make_config, updates, env_steps, mean_q))
     callback.on_r2d2_learner_end(None)
-    scalars = _scalars(tmp_path / "learner")
+    return _scalars(folder / "learner")
+
+
+def test_tensorboard_learner_scalars_are_at_the_runs_env_steps(make_config, tmp_path):
+    scalars = _learner_scalars(make_config, tmp_path, 30, 1234, 2.0)
     assert scalars["losses/td_loss"] == [(1234, 0.5)]
     assert scalars["charts/updates"] == [(1234, 30.0)]
 
 
 def test_tensorboard_logs_mean_q_in_network_and_return_units(make_config, tmp_path):
-    callback = TensorBoardCallback(str(tmp_path), interval=10)
-    callback.on_r2d2_learner_train_end(_fake_learner(make_config, 10, 100, 5.0))
-    callback.on_r2d2_learner_end(None)
-    scalars = _scalars(tmp_path / "learner")
+    scalars = _learner_scalars(make_config, tmp_path, 10, 100, 5.0)
     assert scalars["losses/q_values_network"] == [(100, 5.0)]
     ((step, value),) = scalars["losses/q_values_return"]
     assert value == pytest.approx(float(inverse_rescale(5.0)), rel=1e-6) and value > 30

@@ -230,8 +230,6 @@ def test_readme_blocks_run(group, tmp_path):
         pytest.importorskip("ale_py")
     blocks = [(b, _declared(b)) for b in readme_blocks()]
     mine = [(b, d) for b, d in blocks if d.group == group]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     for block, declared in mine:  # files first: toml blocks are the files commands read
         if block.lang == "toml":
             name = block.text.splitlines()[0].removeprefix("#").strip()
@@ -240,30 +238,21 @@ def test_readme_blocks_run(group, tmp_path):
     if python:
         (tmp_path / "blocks.json").write_text(json.dumps([PRELUDE.get(group, ""), python]))
         (tmp_path / "run_readme.py").write_text(RUNNER)
-        done = subprocess.run(
-            [sys.executable, "run_readme.py"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1200,
-        )
-        assert done.returncode == 0, (
-            f"README blocks of group {group!r} failed:\n{done.stderr[-6000:]}"
-        )
+        _run([sys.executable, "run_readme.py"], tmp_path, f"README blocks of group {group!r}")
     for block, declared in mine:
         if block.lang == "bash":
-            done = subprocess.run(
-                ["bash", "-euo", "pipefail", "-c", _prepared(block, declared)],
-                cwd=tmp_path,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=1200,
-            )
-            assert done.returncode == 0, (
-                f"README bash block at line {block.line} failed:\n{done.stderr[-6000:]}"
-            )
+            command = ["bash", "-euo", "pipefail", "-c", _prepared(block, declared)]
+            _run(command, tmp_path, f"README bash block at line {block.line}")
+
+
+def _run(command: list[str], folder: pathlib.Path, what: str) -> None:
+    """Runs `command` in `folder` with this worktree's package; fails naming `what`."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    done = subprocess.run(
+        command, cwd=folder, env=env, capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, f"{what} failed:\n{done.stderr[-6000:]}"
 
 
 # ----------------------------------------------------------------- docstring examples --
