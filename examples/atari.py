@@ -23,11 +23,11 @@ import logging
 import os
 import time
 
-import gymnasium as gym
 import numpy as np
 
 from r2d2_agent import InputType, R2D2Config, R2D2Manager
 from r2d2_agent.callbacks import CheckpointCallback, RunLogCallback
+from r2d2_agent.envs import make_atari  # AtariPreprocessing: 84x84 gray, frame skip 4
 from r2d2_agent.image_models import DQNImageModel, R2D3ImageModel
 from r2d2_agent.replay import largest_memory_capacity
 
@@ -53,22 +53,6 @@ CPU_SIZED = dict(
     actor_sync_interval=200,
 )
 CHECKPOINT_INTERVAL = 1_000  # learner updates between checkpoints
-
-
-def make_atari(env_id: str, terminal_on_life_loss: bool = False) -> gym.Env:
-    """An Atari env with the standard preprocessing (a picklable module function)."""
-    import ale_py
-
-    gym.register_envs(ale_py)
-    env = gym.make(env_id, frameskip=1)  # AtariPreprocessing does the frame skip
-    return gym.wrappers.AtariPreprocessing(
-        env,
-        noop_max=30,
-        frame_skip=4,
-        screen_size=84,
-        terminal_on_life_loss=terminal_on_life_loss,
-        grayscale_obs=True,
-    )
 
 
 def replay_capacity(config: R2D2Config, requested: int | None = None) -> int:

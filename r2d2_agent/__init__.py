@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from r2d2_agent import _aliases
 from r2d2_agent.config import InputType, R2D2Config
 
 __version__ = "0.1.0"
@@ -35,8 +34,6 @@ _LAZY = {
 }
 
 __all__ = ["InputType", "R2D2Config", *_LAZY]
-
-_aliases.install()
 
 
 def __getattr__(name: str) -> Any:

@@ -66,6 +66,15 @@ class R2D2Config:
 
     Units: "env steps" count environment transitions of one actor, "learner updates" count
     gradient steps, "sequences" count replay items of `sequence_length` observations.
+
+    Example:
+        >>> config = R2D2Config(input_shape=(4,), nb_actions=2, lstm_units=64)
+        >>> config.replace(batch_size=32).batch_size, config.burnin + config.input_length
+        (32, 120)
+        >>> R2D2Config(input_shape=(4,), nb_actions=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: nb_actions must be an int >= 1, got 0
     """
 
     input_shape: tuple[int, ...]

@@ -1,12 +1,15 @@
 """The learning curve of a run directory, drawn with matplotlib.
 
-    python -m r2d2_agent.plot RUN_DIR [-o FILE.png] [--window 20]
+    python -m r2d2_agent.plot RUN_DIR [-o FILE.png] [--window 20] [--metric NAME ...]
 
 Top: episode return against env steps (all actors together): one faint line per actor,
 the moving average over all actors' episodes, and the evaluation points when the run has
-any. Bottom: the learner's loss (and mean Q on a second axis) against env steps. Without
-`-o` the picture is written to `RUN_DIR/learning_curve.png`. Also available at the end of
-a run as `RunLogCallback(..., plot=True)`.
+any. Below: the learner's loss (and mean Q, in return units when the run logged them,
+on a second axis) against env steps. Each
+`--metric NAME` (a custom metric of `log_metric`, with or without its `custom/` prefix)
+adds a panel: its values against env steps, one line per process that logged it.
+Without `-o` the picture is written to `RUN_DIR/learning_curve.png`. Also available at the
+end of a run as `RunLogCallback(..., plot=True)`.
 
 This module imports matplotlib (never TensorFlow); the TF-free layers never import it.
 """
@@ -81,15 +84,33 @@ def _draw_learner(ax, log: RunLog) -> None:
     ax.set_ylabel("TD loss", color="tab:blue")
     ax.set_xlabel("env steps (all actors)" if use_steps else "learner updates")
     ax.grid(alpha=0.3)
-    mean_q = [r.get("mean_q") for r in records]
+    # Return units when the run logged them (h⁻¹ of the mean), else the network's units.
+    field, unit = ("mean_q_return", "return units")
+    if any(r.get(field) is None for r in records):
+        field, unit = ("mean_q_network", "network units")
+    mean_q = [r.get(field) for r in records]
     if all(q is not None for q in mean_q):
         twin = ax.twinx()
         twin.plot(x, mean_q, color="tab:orange", lw=1.0, label="mean Q")
-        twin.set_ylabel("mean Q (network units)", color="tab:orange")
+        twin.set_ylabel(f"mean Q ({unit})", color="tab:orange")
+
+
+def _draw_metric(ax, log: RunLog, name: str) -> None:
+    for process, records in sorted(log.metric(name).items()):
+        kept = [r for r in records if r.get("value") is not None]
+        x = [r.get("env_steps") or 0 for r in kept]
+        ax.plot(x, [r["value"] for r in kept], lw=1.0, marker=".", ms=3, label=process)
+    ax.set_xlabel("env steps (all actors)")
+    ax.set_ylabel(f"custom/{name.removeprefix('custom/')}")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
 
 
 def plot_run(
-    run_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None, window: int = 20
+    run_dir: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    window: int = 20,
+    metrics: Sequence[str] = (),
 ) -> str:
     """Draws the learning curve of `run_dir` into a PNG file.
 
@@ -97,24 +118,35 @@ def plot_run(
         run_dir: A run directory written by `RunLogCallback`.
         output: The PNG file; `run_dir/learning_curve.png` when None.
         window: Episodes in the moving average.
+        metrics: Custom metrics (`log_metric` names, `custom/` prefix optional), one
+            panel each.
 
     Returns:
         The file written.
 
     Raises:
         FileNotFoundError: If `run_dir` does not exist.
-        ValueError: If it holds no run log, or `window` is below 1.
+        ValueError: If it holds no run log, `window` is below 1, or a metric was never
+            logged (the message lists those that were).
     """
     from matplotlib.figure import Figure
 
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window!r}")
     log = read_run(run_dir)
+    missing = [m for m in metrics if not log.metric(m)]
+    if missing:
+        raise ValueError(
+            f"{run_dir} has no custom metric {', '.join(missing)}; "
+            f"logged: {', '.join(log.metric_names) or 'none'}"
+        )
     output = os.fspath(output) if output is not None else os.path.join(run_dir, DEFAULT_NAME)
-    figure = Figure(figsize=(10, 7.5), layout="constrained")
-    ax_returns, ax_learner = figure.subplots(2, 1)
+    figure = Figure(figsize=(10, 7.5 + 2.5 * len(metrics)), layout="constrained")
+    ax_returns, ax_learner, *ax_metrics = figure.subplots(2 + len(metrics), 1)
     _draw_returns(ax_returns, log, window)
     _draw_learner(ax_learner, log)
+    for ax, name in zip(ax_metrics, metrics, strict=True):
+        _draw_metric(ax, log, name)
     title = os.path.basename(os.path.normpath(os.fspath(run_dir)))
     if log.info and "config" in log.info:
         config = log.info["config"]
@@ -132,7 +164,7 @@ def plot_run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: `python -m r2d2_agent.plot RUN_DIR [-o FILE.png]`."""
+    """The command line: `python -m r2d2_agent.plot RUN_DIR [-o FILE.png] [--metric NAME]`."""
     parser = argparse.ArgumentParser(
         prog="python -m r2d2_agent.plot",
         description="Draw return vs env steps and the learner loss of an r2d2-agent run.",
@@ -140,9 +172,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run_dir", help="a run directory written by RunLogCallback")
     parser.add_argument("-o", "--output", help=f"PNG file (default: RUN_DIR/{DEFAULT_NAME})")
     parser.add_argument("--window", type=int, default=20, help="episodes in the moving average")
+    parser.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a custom metric (log_metric; e.g. custom/q_spread) in a panel of its own; repeatable",
+    )
     args = parser.parse_args(argv)
     try:
-        path = plot_run(args.run_dir, args.output, args.window)
+        path = plot_run(args.run_dir, args.output, args.window, args.metric)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -2,6 +2,11 @@
 
 The paper's defaults (`R2D2Config`'s) are sized for Atari with 256 actors. These presets
 are what the learning tests and the benchmark use on CartPole; each takes overrides.
+
+Each public `*_config` function is a preset (`r2d2-train --preset <name>` takes it
+without the suffix); its docstring lists its values, as does the README's preset table
+(`tests/test_presets.py` checks both against the function, and prints what to paste for
+a new preset).
 """
 
 from __future__ import annotations
@@ -50,8 +55,34 @@ _MASKED: dict[str, Any] = dict(input_shape=(2,), burnin=8, input_length=16)
 def cartpole_config(**overrides: Any) -> R2D2Config:
     """R2D2 for gymnasium's `CartPole-v1` (observation (4,), 2 actions).
 
+    Values (every other field keeps `R2D2Config`'s default)::
+
+        input_shape=(4,)
+        nb_actions=2
+        lstm_units=64
+        dense_units=64
+        multisteps=3
+        burnin=4
+        input_length=8
+        gamma=0.99
+        batch_size=32
+        memory_capacity=4000
+        memory_warmup=50
+        is_anneal_updates=10000
+        learning_rate=0.002
+        target_update_interval=10
+        actor_sync_interval=20
+        epsilon=0.1
+        epsilon_start=1.0
+        epsilon_anneal_steps=5000
+
     Args:
         **overrides: Any `R2D2Config` field.
+
+    Example:
+        >>> config = cartpole_config(seed=0, lstm_units=128)
+        >>> config.lstm_units, config.learning_rate, config.seed
+        (128, 0.002, 0)
     """
     return R2D2Config(**{**_CARTPOLE, **overrides})
 
@@ -59,6 +90,27 @@ def cartpole_config(**overrides: Any) -> R2D2Config:
 def masked_cartpole_config(**overrides: Any) -> R2D2Config:
     """R2D2 for the partially observable CartPole of `r2d2_agent.testing` (observation
     (2,): cart position and pole angle only), which needs the LSTM's memory.
+
+    Values (every other field keeps `R2D2Config`'s default)::
+
+        input_shape=(2,)
+        nb_actions=2
+        lstm_units=64
+        dense_units=64
+        multisteps=3
+        burnin=8
+        input_length=16
+        gamma=0.99
+        batch_size=32
+        memory_capacity=4000
+        memory_warmup=50
+        is_anneal_updates=10000
+        learning_rate=0.002
+        target_update_interval=10
+        actor_sync_interval=20
+        epsilon=0.1
+        epsilon_start=1.0
+        epsilon_anneal_steps=5000
 
     Args:
         **overrides: Any `R2D2Config` field.

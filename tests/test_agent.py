@@ -368,6 +368,91 @@ def test_compute_q_values_are_in_return_units(agent):
     assert not np.allclose(q, q_network, atol=1e-5)
 
 
+# ------------------------------------------------------------ predict with a state ----
+def episode_observations(steps=6):
+    rng = np.random.default_rng(11)
+    return rng.normal(size=(steps, 4)).astype(np.float32)
+
+
+def test_predict_from_a_new_episode_gives_the_fresh_networks_q_values(agent):
+    obs = two_observations()[0]
+    _, q, _ = agent.predict(obs)
+    np.testing.assert_allclose(q, network_q(agent, [obs]), atol=1e-5)
+
+
+def test_predict_carries_the_state_it_returns_through_an_episode(agent):
+    observations, state = episode_observations(), None
+    for t, obs in enumerate(observations):
+        action, q, state = agent.predict(obs, state, episode_start=(t == 0))
+        np.testing.assert_allclose(q, network_q(agent, observations[: t + 1]), atol=1e-5)
+        assert action == int(np.argmax(q))
+
+
+def test_predict_ignores_what_the_agents_own_episode_left(agent):
+    observations = episode_observations()
+    for obs in observations[:3]:
+        agent.forward(obs)  # the agent's own state moves on
+    _, q, _ = agent.predict(observations[3])
+    np.testing.assert_allclose(q, network_q(agent, [observations[3]]), atol=1e-5)
+
+
+def test_predict_leaves_the_agents_own_state_as_it_was(agent):
+    obs0, obs1 = two_observations()
+    agent.forward(obs0)
+    before = agent.compute_q_values(obs1)
+    agent.predict(obs1, agent.predict(obs0).state)
+    np.testing.assert_array_equal(agent.compute_q_values(obs1), before)
+
+
+def test_predict_with_episode_start_forgets_the_state_passed(agent):
+    obs0, obs1 = two_observations()
+    state = agent.predict(obs0).state
+    np.testing.assert_array_equal(
+        agent.predict(obs1, state, episode_start=True).q_values, agent.predict(obs1).q_values
+    )
+
+
+def test_predict_stacks_frames_and_feeds_the_previous_action_and_reward(make_agent):
+    """Against the network unrolled over the whole episode at once: frames stacked in
+    pairs (a zero frame before the start), the previous action and reward at each step."""
+    agent = make_agent(input_sequence=2, enable_prev_action_reward=True)
+    observations, rewards = episode_observations(), [0.5, -1.0, 2.0, 0.0, 1.5]
+    predictions, state = [], None
+    for t, obs in enumerate(observations):
+        predictions.append(agent.predict(obs, state, reward=rewards[t - 1] if t else None))
+        state = predictions[-1].state
+    frames = np.concatenate([np.zeros((1, 4), np.float32), observations])
+    stacked = np.stack([frames[:-1], frames[1:]], axis=1)[None]  # (1, T, 2, 4)
+    prev_action = np.array([[-1] + [p.action for p in predictions[:-1]]], np.int32)
+    prev_reward = np.array([[0.0, *rewards]], np.float32)
+    zeros = np.zeros((1, agent.config.lstm_units), np.float32)
+    q, _ = agent.learner.online.unroll(
+        stacked, (zeros, zeros), prev_action=prev_action, prev_reward=prev_reward
+    )
+    expected = inverse_rescale(q.numpy()[0])
+    np.testing.assert_allclose([p.q_values for p in predictions], expected, atol=1e-5)
+
+
+def test_predict_uses_the_learners_latest_weights(make_agent):
+    agent = make_agent(train_interval=1, memory_warmup=4, actor_sync_interval=10**6)
+    _fit(agent, 60)  # updates, but the acting copy is never synced during the fit
+    assert agent.learner.updates > 0
+    obs = two_observations()[0]
+    np.testing.assert_allclose(agent.predict(obs).q_values, network_q(agent, [obs]), atol=1e-5)
+
+
+def test_predict_asks_for_the_reward_when_the_network_takes_it(make_agent):
+    agent = make_agent(enable_prev_action_reward=True)
+    state = agent.predict(two_observations()[0]).state
+    with pytest.raises(ValueError, match="pass reward="):
+        agent.predict(two_observations()[1], state)
+
+
+def test_predict_names_a_state_of_the_wrong_kind(agent):
+    with pytest.raises(TypeError, match="RecurrentState"):
+        agent.predict(two_observations()[0], (np.zeros(8), np.zeros(8)))
+
+
 def test_reset_states_zeros_the_recurrent_state(agent):
     obs0, obs1 = two_observations()
     agent.forward(obs0)

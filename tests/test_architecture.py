@@ -11,7 +11,8 @@ Layers, bottom to top (a module may import its own subpackage and any lower laye
     4  roles, plot             actor, learner, builder, episode loop; the learning-curve plot
     5  keras_rl, callbacks     the keras-rl face
     6  distributed             the manager and its backends
-    7  testing                 test utilities (masked CartPole, benchmark protocol)
+    7  testing, cli            test utilities (masked CartPole, benchmark protocol);
+                               the `r2d2-train` command
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ LAYERS = {
     "callbacks": 5,
     "distributed": 6,
     "testing": 7,
+    "cli": 7,
 }
 
 
@@ -71,8 +73,8 @@ def _imported_units(module_path: pathlib.Path) -> set[str]:
 
 def _library_files() -> list[pathlib.Path]:
     """Every module but the public facade (`r2d2_agent/__init__.py`, which re-exports from
-    every layer) and the deprecated-path aliases."""
-    facade = {PACKAGE / "__init__.py", PACKAGE / "_aliases.py"}
+    every layer)."""
+    facade = {PACKAGE / "__init__.py"}
     return [f for f in sorted(PACKAGE.rglob("*.py")) if f not in facade]
 
 
@@ -109,11 +111,13 @@ def test_the_compat_module_and_the_config_import_nothing_of_the_package(name):
         "r2d2_agent.checkpoints",
         "r2d2_agent.runlog",
         "r2d2_agent.plot",
+        "r2d2_agent.callbacks",
         "r2d2_agent.distributed",
         "r2d2_agent.distributed.mp.entrypoints",
         "r2d2_agent.distributed.ray_backend.supervisor",
         "r2d2_agent.testing",
         "r2d2_agent.presets",
+        "r2d2_agent.cli",
     ],
 )
 def test_module_imports_without_tensorflow(module):

@@ -1,11 +1,14 @@
 """Callbacks: `R2D2Callback` hooks plus ready-made save/load and logging callbacks.
 
-* `R2D2Callback`: keras-rl's `Callback` plus the manager, learner and actor hooks, and
-  `request_stop` to end a run from any process.
+* `R2D2Callback`: keras-rl's callback hooks plus the manager, learner and actor hooks,
+  and `request_stop` to end a run from any process.
 * `CheckpointCallback`: periodic atomic checkpoints that resume a run, keeping the last K.
 * `RunLogCallback`: a run directory of JSON lines from every process, TensorBoard
   summaries and, optionally, the learning-curve picture.
 * `TensorBoardCallback`: namespaced TensorBoard scalars alone.
+
+None of them imports TensorFlow, so they keep the manager's parent and numpy actors free
+of it.
 """
 
 from r2d2_agent.callbacks.base import R2D2Callback

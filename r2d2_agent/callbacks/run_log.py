@@ -3,9 +3,11 @@
 Each process appends JSON lines to its own file (see `r2d2_agent.runlog.files` for why
 one file per process): actor i writes `actor-<i>.jsonl` (one line per episode), the
 learner `learner.jsonl` (one line every `interval` updates) and `run.json`, the parent
-`eval.jsonl` (`log_evaluation`). TensorBoard summaries go to `RUN_DIR/tensorboard`
-through a `TensorBoardCallback`. The single-process agent writes the same files (as actor
-0 and the learner), so `python -m r2d2_agent.plot RUN_DIR` draws either kind of run.
+`eval.jsonl` (`log_evaluation`), and every process its custom metrics
+(`R2D2Callback.log_metric`) to `metrics-<process>.jsonl`. TensorBoard summaries go to
+`RUN_DIR/tensorboard` through a `TensorBoardCallback`. The single-process agent writes the
+same files (as actor 0 and the learner), so `python -m r2d2_agent.plot RUN_DIR` draws
+either kind of run.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from r2d2_agent.callbacks.base import R2D2Callback
 from r2d2_agent.callbacks.rates import RateMeter
-from r2d2_agent.callbacks.tensorboard import TensorBoardCallback
+from r2d2_agent.callbacks.tensorboard import TensorBoardCallback, mean_q_in_return_units
 from r2d2_agent.checkpoints import config_as_data
 from r2d2_agent.runlog import (
     EVAL_FILE,
@@ -25,6 +27,7 @@ from r2d2_agent.runlog import (
     LEARNER_FILE,
     JsonLinesWriter,
     actor_file,
+    metrics_file,
     write_json_atomic,
 )
 
@@ -112,7 +115,8 @@ class RunLogCallback(R2D2Callback):
                 "updates": learner.updates,
                 "env_steps": env_steps,
                 "loss": metrics.get("loss"),
-                "mean_q": metrics.get("mean_q"),
+                "mean_q_network": metrics.get("mean_q"),
+                "mean_q_return": mean_q_in_return_units(metrics.get("mean_q"), learner.config),
                 "mean_priority": metrics.get("mean_priority"),
                 "replay_size": len(learner.replay),
                 "updates_per_second": self._updates_rate.rate(learner.updates),
@@ -134,6 +138,22 @@ class RunLogCallback(R2D2Callback):
             EVAL_FILE, {"env_steps": int(env_steps), "mean_return": mean, "returns": returns}
         )
         self._close()
+
+    def on_r2d2_metric(self, record: Any) -> None:
+        """A custom metric of this process (`log_metric`): a line of
+        `metrics-<process>.jsonl`, and TensorBoard's `custom/<name>`."""
+        self._write(
+            metrics_file(record.process),
+            {
+                "time": record.time,
+                "process": record.process,
+                "name": record.name,
+                "value": record.value,
+                "env_steps": record.env_steps,
+                "updates": record.updates,
+            },
+        )
+        self._forward("on_r2d2_metric", record)
 
     def _draw(self) -> None:
         if not self.plot:
@@ -157,6 +177,7 @@ class RunLogCallback(R2D2Callback):
 
     def on_r2d2_train_end(self) -> None:
         self._close()
+        self._forward("on_r2d2_train_end")
         self._draw()
 
     # Manager: learner process --------------------------------------------------------------

@@ -20,7 +20,7 @@ from r2d2_agent.math import annealed_epsilon
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeLoop, EpisodeObserver, EpisodeResult, Transition
-from r2d2_agent.roles.hooks import call_hooks
+from r2d2_agent.roles.hooks import MetricLogger, bind_metric_logger, call_hooks
 
 __all__ = ["ActorProgress", "ActorRunner"]
 
@@ -35,6 +35,9 @@ class ActorProgress(Protocol):
     def on_episode(self, episode_return: float, episode_steps: int) -> None:
         """After every finished episode."""
         ...
+
+    # Optional: `run_env_steps() -> int`, the run's env steps over all actors (the x of
+    # the actor's metrics; without it, the actor's own env steps).
 
 
 class ActorRunner(EpisodeObserver):
@@ -118,6 +121,16 @@ class ActorRunner(EpisodeObserver):
         return self.actor.policy
 
     @property
+    def run_env_steps(self) -> int:
+        """The run's env steps over all actors, as far as this actor knows (from its
+        progress sink's `run_env_steps()`; its own env steps if the sink has none)."""
+        total = getattr(self.progress, "run_env_steps", None)
+        return max(int(total()), self.steps) if total is not None else self.steps
+
+    def _metric_counts(self) -> tuple[int, None]:
+        return self.run_env_steps, None
+
+    @property
     def epsilon(self) -> float:
         """The actor's exploration rate."""
         return float(self.actor.epsilon)
@@ -128,6 +141,8 @@ class ActorRunner(EpisodeObserver):
         The first env step waits for the first published weights. The end hook runs when
         the loop ends normally (stop or budget), not when it raises.
         """
+        metrics = MetricLogger(self.callbacks, f"actor-{self.index}", self._metric_counts)
+        bind_metric_logger(self.callbacks, metrics)
         call_hooks(self.callbacks, "on_r2d2_actor_begin", self.index, self)
         self.time.start()
         with self.time.measure("waiting_for_weights"):

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from r2d2_agent.distributed.interfaces import ExperienceReceiver, WeightsPublisher
 from r2d2_agent.distributed.messages import Experience
 from r2d2_agent.distributed.timing import TimeSplit
-from r2d2_agent.roles.hooks import call_hooks
+from r2d2_agent.roles.hooks import MetricLogger, bind_metric_logger, call_hooks
 
 __all__ = ["LearnerProgress", "LearnerRunner", "RateLimiter"]
 
@@ -159,6 +159,13 @@ class LearnerRunner:
             self.version = self.publisher.publish(self.learner.get_weights())
         return self.version
 
+    def _run_counts(self) -> tuple[int, int]:
+        """The run's env steps (the learner's `counters()`, which knows a resumed run's
+        count; else the env steps received) and the updates, for metrics."""
+        counters = getattr(self.learner, "counters", None)
+        env_steps = counters().env_steps if counters is not None else self.env_steps_received
+        return env_steps, self.updates
+
     def run(self, should_stop: Callable[[], bool]) -> None:
         """Trains until `should_stop()` or `nb_trains` updates.
 
@@ -166,6 +173,9 @@ class LearnerRunner:
         (not when it raises), after the last one, before the end hook. The update's graph
         is built right after the first publish, while the actors start.
         """
+        bind_metric_logger(
+            self.callbacks, MetricLogger(self.callbacks, "learner", self._run_counts)
+        )
         call_hooks(self.callbacks, "on_r2d2_learner_begin", self.learner)
         self.time.start()
         self.publish()

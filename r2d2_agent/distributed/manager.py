@@ -39,7 +39,13 @@ from r2d2_agent.envs.checks import check_env_matches_config
 from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import play_episodes
-from r2d2_agent.roles.hooks import bind_stop_requester, call_hooks
+from r2d2_agent.roles.hooks import (
+    MetricLogger,
+    bind_metric_logger,
+    bind_stop_requester,
+    call_hooks,
+    warn_skipped_keras_rl_hooks,
+)
 
 __all__ = ["R2D2Manager"]
 
@@ -61,7 +67,10 @@ class R2D2Manager:
         image_model: Picklable `ImageModel` for image inputs.
         callbacks: Picklable callbacks (`R2D2Callback` hooks; duck typing works): the
             train hooks run in the parent, the learner hooks in the learner, the actor
-            hooks in every actor (each process gets its own copy).
+            hooks in every actor (each process gets its own copy). keras-rl's hooks
+            (`on_episode_end`, ...) run in `R2D2Agent.fit`/`test` only: a callback that
+            implements one without its manager counterpart gets a `UserWarning` here,
+            naming the `on_r2d2_*` hook to use.
         max_actor_restarts: Restarts allowed per actor index after it dies; one more
             death stops the run with `R2D2ProcessError`.
         actors_on_cpu: Hide GPUs from actor processes, so N actors do not each reserve GPU
@@ -164,7 +173,10 @@ class R2D2Manager:
         )
         _check_env(env_factory, config, builder.observation_dtype)
         check_replay_fits(config, builder.observation_dtype)  # the learner's, before it starts
+        warn_skipped_keras_rl_hooks(self.spec.callbacks, stacklevel=2)
         self._run: Any = None  # a Supervisor or a RaySupervisor while `train` runs
+        self._counts: tuple[int | None, int | None] = (None, None)  # env steps, updates
+        self._metrics = MetricLogger(self.spec.callbacks, "parent", lambda: self._counts)
         self._final_weights: list[np.ndarray] | None = None
         self._eval_policy: Any = None
 
@@ -235,8 +247,17 @@ class R2D2Manager:
             resume = read_checkpoint(resume_from)
             check_compatible(resume, self.config)
             logger.info("resuming from %s", resume.describe())
-        self._run = self._make_backend(limits, on_progress, resume)
+        if resume is not None:
+            self._counts = (resume.counters.env_steps, resume.counters.learner_updates)
+
+        def seen(progress: Progress) -> None:
+            self._counts = (progress.env_steps, progress.learner_updates)
+            if on_progress is not None:
+                on_progress(progress)
+
+        self._run = self._make_backend(limits, seen, resume)
         bind_stop_requester(self.spec.callbacks, self._callback_stop)
+        bind_metric_logger(self.spec.callbacks, self._metrics)
         try:
             call_hooks(self.spec.callbacks, "on_r2d2_train_begin")
             result = self._run.run()
@@ -244,11 +265,27 @@ class R2D2Manager:
             if self._run.final_weights is not None:
                 self._final_weights = self._run.final_weights
             self._run = None
+        self._counts = (result.env_steps, result.learner_updates)
         try:
             call_hooks(self.spec.callbacks, "on_r2d2_train_end")
         finally:
             bind_stop_requester(self.spec.callbacks, None)
+            bind_metric_logger(self.spec.callbacks, None)
         return result
+
+    def log_metric(self, name: str, value: float) -> None:
+        """Logs a metric of your own from the parent process, e.g. an evaluation's mean
+        return from `on_progress` or after `train`; callbacks use `self.log_metric`.
+
+        It is stamped with the process ("parent") and the run's latest env steps and
+        learner updates, and goes to the parent's copies of the callbacks that write
+        metrics (`RunLogCallback`: `metrics-parent.jsonl`; TensorBoard `custom/<name>`).
+
+        Raises:
+            ValueError: If `name` is empty.
+            TypeError: If `value` is not a real number.
+        """
+        self._metrics(name, value)
 
     def _make_backend(
         self,

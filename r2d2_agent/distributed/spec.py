@@ -46,6 +46,20 @@ def _check_picklable(name: str, value: Any, hint: str) -> None:
         ) from exc
 
 
+def _describe_non_factory(value: Any) -> str:
+    """What was passed instead of an env factory; for an env instance, what to pass."""
+    name = type(value).__name__
+    if not (hasattr(value, "reset") and hasattr(value, "step")):
+        return name
+    spec = getattr(value, "spec", None)
+    env_id = getattr(spec, "id", None) or "<env id>"
+    return (
+        f"an env instance ({name}): each actor builds its own env from the factory, so "
+        f"pass functools.partial(gymnasium.make, {env_id!r}) (with any make() keyword "
+        "arguments) instead"
+    )
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How the manager runs the processes (the `R2D2Manager` keyword arguments).
@@ -122,7 +136,7 @@ class RunSpec:
         if not callable(self.env_factory):
             raise TypeError(
                 "env_factory must be a zero-argument callable returning a gymnasium env, "
-                f"got {type(self.env_factory).__name__}"
+                f"got {_describe_non_factory(self.env_factory)}"
             )
         _check_picklable(
             "env_factory",

@@ -6,6 +6,9 @@
   API (imports TensorFlow through keras-rl, so they load on first use).
 * `MaskedCartPole`, registered as `"r2d2_agent/MaskedCartPole-v1"`: CartPole with the
   velocities hidden, a task that needs memory.
+* `make_atari`: an ALE game with the standard preprocessing (needs the `atari` extra).
+* `make_env`: any registered id (`make_atari` for ALE games): the env factory of
+  `r2d2-train`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from r2d2_agent.envs.atari import is_atari_id, make_atari
+from r2d2_agent.envs.by_id import make_env
 from r2d2_agent.envs.checks import check_env_matches_config, check_env_spaces
 from r2d2_agent.envs.masked_cartpole import (
     MASKED_CARTPOLE_ID,
@@ -29,6 +34,9 @@ __all__ = [
     "as_keras_rl_env",
     "check_env_matches_config",
     "check_env_spaces",
+    "is_atari_id",
+    "make_atari",
+    "make_env",
     "make_masked_cartpole",
 ]
 

@@ -33,6 +33,7 @@ from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeObserver, EpisodeResult, Transition
 from r2d2_agent.roles.learner import METRIC_NAMES
+from r2d2_agent.roles.prediction import Prediction, RecurrentState, recurrent_step
 
 __all__ = ["R2D2Agent"]
 
@@ -94,6 +95,8 @@ class R2D2Agent(rl_core.Agent):
         self._pending: tuple[int, float, bool, bool] | None = None
         self._last_action: int | None = None
         self._metrics = [float("nan")] * len(METRIC_NAMES)
+        self._acting_updates = self.learner.updates  # learner updates the acting weights have
+        self._predict_rng = np.random.default_rng(config.seed)
 
     # keras-rl Agent API --------------------------------------------------------------
 
@@ -223,15 +226,98 @@ class R2D2Agent(rl_core.Agent):
     def sync_actor(self) -> None:
         """Copies the learner's weights into the acting policy."""
         self.actor.set_weights(self.learner.get_weights())
+        self._acting_updates = self.learner.updates
         self._steps_since_sync = 0
 
     def compute_q_values(self, observation: Any) -> np.ndarray:
-        """Q-values of one observation in return units, from the current recurrent state.
+        """Q-values of one observation in return units, from the agent's own recurrent state.
 
-        The recurrent state and the frame stack are not advanced.
+        That state is the one of the episode the agent is in: the training actor's during
+        and after `fit` (where its last step left it), the evaluation actor's otherwise
+        (`test` and `reset_states` leave it at zero, as a fresh agent has it). So after
+        `fit` the same weights can give other Q-values than a fresh agent's until
+        `reset_states()`. The recurrent state and the frame stack are not advanced. To
+        pass the state yourself, use `predict`.
         """
         q = self.active_actor.q_values(observation)
         return inverse_rescale(q) if self.config.enable_rescaling else q
+
+    def predict(
+        self,
+        observation: Any,
+        state: RecurrentState | None = None,
+        episode_start: bool = False,
+        *,
+        reward: float | None = None,
+        epsilon: float = 0.0,
+    ) -> Prediction:
+        """Chooses an action for `observation` from a recurrent state you pass and get back
+        (as sb3-contrib's `predict(obs, state, episode_start)`): nothing in the agent
+        changes, and what `fit` or `test` left in it does not matter.
+
+        Start an episode with `state=None` (or `episode_start=True`), then pass each
+        prediction's `state` with the episode's next observation. The learner's latest
+        weights are used (the acting copy is refreshed if the learner updated since).
+
+        Args:
+            observation: One observation, as the env returned it.
+            state: The `state` of the previous prediction in this episode; None starts one.
+            episode_start: Whether `observation` starts an episode (the state is ignored).
+            reward: The reward the env returned for the previous action; needed with
+                `config.enable_prev_action_reward` (the network takes it), ignored otherwise.
+            epsilon: Exploration rate of this choice (0: greedy, the default).
+
+        Returns:
+            A `Prediction`: `action, q_values, state = agent.predict(...)`, with the
+            Q-values in return units (as `compute_q_values`).
+
+        Example:
+            >>> import gymnasium as gym
+            >>> from r2d2_agent.presets import cartpole_config
+            >>> agent = R2D2Agent(cartpole_config(seed=0))
+            >>> env = gym.make("CartPole-v1")
+            >>> observation, _ = env.reset(seed=0)
+            >>> action, q_values, state = agent.predict(observation)  # a new episode
+            >>> observation, reward, terminated, truncated, _ = env.step(action)
+            >>> action, q_values, state = agent.predict(observation, state)  # its next step
+            >>> q_values.shape, action == int(q_values.argmax())
+            ((2,), True)
+
+        Raises:
+            TypeError: If `state` is not a `RecurrentState` (or None).
+            ValueError: If `epsilon` is outside [0, 1], or `reward` is missing with
+                `enable_prev_action_reward` in a running episode.
+        """
+        if state is not None and not isinstance(state, RecurrentState):
+            raise TypeError(
+                "state must be the `state` of a previous predict() (a RecurrentState) or "
+                f"None to start an episode, got {type(state).__name__}"
+            )
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
+        start = state is None or bool(episode_start)
+        if not start and self.config.enable_prev_action_reward and reward is None:
+            raise ValueError(
+                "this network takes the previous reward (enable_prev_action_reward): pass "
+                "reward=<the reward the env returned for the previous action>"
+            )
+        if self._acting_updates != self.learner.updates:
+            self.actor.set_weights(self.learner.get_weights())  # the policy both actors share
+            self._acting_updates = self.learner.updates
+        q, lstm, frames = recurrent_step(
+            self.config,
+            self.active_actor.policy,
+            observation,
+            None if start else state,
+            0.0 if reward is None else float(reward),
+        )
+        if self.config.enable_rescaling:
+            q = inverse_rescale(q)
+        if epsilon > 0.0 and self._predict_rng.random() < epsilon:
+            action = int(self._predict_rng.integers(self.config.nb_actions))
+        else:
+            action = int(np.argmax(q))
+        return Prediction(action, q, RecurrentState(lstm, frames, action))
 
     def load_weights(self, filepath: str) -> None:
         """Loads HDF5 weights into the online and target networks and the actor.

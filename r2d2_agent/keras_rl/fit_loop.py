@@ -14,9 +14,9 @@ from typing import Any
 from r2d2_agent.compat import keras, rl_callbacks
 from r2d2_agent.envs.gymnasium_env import GymnasiumEnv
 from r2d2_agent.roles.episode_loop import EpisodeLoop, EpisodeObserver, EpisodeResult, Transition
-from r2d2_agent.roles.hooks import bind_stop_requester
+from r2d2_agent.roles.hooks import MetricLogger, bind_metric_logger, bind_stop_requester
 
-__all__ = ["KerasRLCallbacks", "run_keras_rl_loop"]
+__all__ = ["KerasRLAdapter", "KerasRLCallbacks", "as_keras_rl_callback", "run_keras_rl_loop"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,72 @@ class KerasRLCallbacks(EpisodeObserver):
         self._callbacks.on_episode_end(result.episode, logs)
 
 
+class KerasRLAdapter(rl_callbacks.Callback):
+    """Presents a callback that is not a keras-rl `Callback` to keras-rl's `CallbackList`.
+
+    `R2D2Callback` does not subclass keras-rl's `Callback` (that would import TensorFlow
+    into every process a callback reaches), and a duck-typed callback need not have every
+    method `CallbackList` calls. The adapter forwards `set_model`, `set_params`, the env
+    and each hook the callback has; the callback's `self.model` is the agent, as in
+    keras-rl.
+
+    Args:
+        callback: The wrapped callback.
+    """
+
+    def __init__(self, callback: Any) -> None:
+        super().__init__()
+        self.callback = callback
+
+    def _forward(self, name: str, *args: Any, **kwargs: Any) -> None:
+        method = getattr(self.callback, name, None)
+        if method is not None:
+            method(*args, **kwargs)
+
+    def set_model(self, model: Any) -> None:
+        super().set_model(model)
+        self._forward("set_model", model)
+
+    def set_params(self, params: dict[str, Any]) -> None:
+        super().set_params(params)
+        self._forward("set_params", params)
+
+    def _set_env(self, env: Any) -> None:
+        super()._set_env(env)
+        self._forward("_set_env", env)
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        self._forward("on_train_begin", logs)
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        self._forward("on_train_end", logs)
+
+    def on_episode_begin(self, episode: int, logs: dict[str, Any] | None = None) -> None:
+        self._forward("on_episode_begin", episode, logs=logs)
+
+    def on_episode_end(self, episode: int, logs: dict[str, Any] | None = None) -> None:
+        self._forward("on_episode_end", episode, logs=logs)
+
+    def on_step_begin(self, step: int, logs: dict[str, Any] | None = None) -> None:
+        self._forward("on_step_begin", step, logs=logs)
+
+    def on_step_end(self, step: int, logs: dict[str, Any] | None = None) -> None:
+        self._forward("on_step_end", step, logs=logs)
+
+    def on_action_begin(self, action: int, logs: dict[str, Any] | None = None) -> None:
+        self._forward("on_action_begin", action, logs=logs)
+
+    def on_action_end(self, action: int, logs: dict[str, Any] | None = None) -> None:
+        self._forward("on_action_end", action, logs=logs)
+
+
+def as_keras_rl_callback(callback: Any) -> Any:
+    """`callback` itself if it is a keras-rl or Keras `Callback`, else a `KerasRLAdapter`."""
+    if isinstance(callback, (rl_callbacks.Callback, keras.callbacks.Callback)):
+        return callback
+    return KerasRLAdapter(callback)
+
+
 class _StopRequests(EpisodeObserver):
     """Ends the loop once someone called `agent.request_stop` (e.g. a callback)."""
 
@@ -94,7 +160,7 @@ def _callback_list(
     params: dict[str, Any],
 ) -> tuple[Any, keras.callbacks.History]:
     """keras-rl's callbacks for a run: the user's, the verbose logger, a History."""
-    callbacks = list(callbacks or [])
+    callbacks = [as_keras_rl_callback(callback) for callback in callbacks or []]
     if agent.training:
         if verbose == 1:
             callbacks.append(rl_callbacks.TrainIntervalLogger(interval=log_interval))
@@ -163,6 +229,10 @@ def run_keras_rl_loop(
     agent.stop_reason = None
     user_callbacks = list(callbacks or [])
     bind_stop_requester(user_callbacks, agent.request_stop)
+    bind_metric_logger(
+        user_callbacks,
+        MetricLogger(user_callbacks, "agent", lambda: (agent.step, agent.learner.updates)),
+    )
     try:
         if agent.training:
             agent._on_train_begin()
@@ -178,6 +248,7 @@ def run_keras_rl_loop(
         callback_list.on_train_end(logs={"did_abort": did_abort, "stop_reason": agent.stop_reason})
     finally:
         bind_stop_requester(user_callbacks, None)
+        bind_metric_logger(user_callbacks, None)
     if agent.training:
         agent._on_train_end()
     else:

@@ -115,7 +115,8 @@ def check_replay_fits(
 
     Raises:
         ValueError: If the estimate exceeds the available memory; the message names
-            `memory_capacity`, the estimate and the available memory.
+            `memory_capacity`, the estimate and the available memory, and suggests the
+            capacity whose replay takes half of it.
         ImportError: For `frame_compression="zstd"` without the zstandard package.
     """
     if config.frame_compression == "zstd":
@@ -133,11 +134,14 @@ def check_replay_fits(
     )
     if available is not None and estimate > available:
         fits = largest_memory_capacity(config, available, observation_dtype)
+        half = largest_memory_capacity(config, available // 2, observation_dtype)
         raise ValueError(
             f"memory_capacity={config.memory_capacity} sequences need "
             f"{estimate / 2**30:.2f} GiB of replay ({estimate} bytes, frames as {dtype}) but "
             f"only {available / 2**30:.2f} GiB ({available} bytes) are available; lower "
-            f"memory_capacity (at most {fits} fit)"
+            f"memory_capacity, e.g. memory_capacity={half} (a replay in half of the "
+            "available memory, leaving the rest to TensorFlow, the networks, the actors "
+            f"and the system; {fits} would fill all of it)"
         )
     return estimate
 

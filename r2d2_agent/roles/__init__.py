@@ -5,6 +5,8 @@
   loaded on first use).
 * `R2D2Builder`: where a config becomes policy, adder, replay, learner and actor.
 * `EpisodeLoop`: the one episode loop, used by actors, evaluation and `R2D2Agent.fit`.
+* `RecurrentState`, `recurrent_step`: acting from a state passed in and returned
+  (`R2D2Agent.predict`).
 
 None of them knows whether it runs in one process, several, or on a cluster.
 """
@@ -23,16 +25,20 @@ from r2d2_agent.roles.episode_loop import (
     Transition,
     play_episodes,
 )
+from r2d2_agent.roles.prediction import Prediction, RecurrentState, recurrent_step
 
 __all__ = [
     "EpisodeLoop",
     "EpisodeObserver",
     "EpisodeResult",
+    "Prediction",
     "R2D2Actor",
     "R2D2Builder",
     "R2D2Learner",
+    "RecurrentState",
     "Transition",
     "play_episodes",
+    "recurrent_step",
     "resolve_use_numpy",
 ]
 

@@ -24,8 +24,10 @@ __all__ = [
     "EVAL_FILE",
     "INFO_FILE",
     "LEARNER_FILE",
+    "METRICS_FILE",
     "JsonLinesWriter",
     "actor_file",
+    "metrics_file",
     "write_json_atomic",
 ]
 
@@ -34,9 +36,16 @@ ACTOR_FILE = "actor-{index}.jsonl"
 `episode_return`, `episode_length`, `epsilon`, `env_steps` of that actor)."""
 LEARNER_FILE = "learner.jsonl"
 """One record every `interval` learner updates (`time`, `updates`, `env_steps`, `loss`,
-`mean_q`, `mean_priority`, `replay_size`, `updates_per_second`, `env_steps_per_second`)."""
+`mean_q_network` (mean Q of the trained steps, in the network's rescaled units),
+`mean_q_return` (h⁻¹ of it: return units), `mean_priority`, `replay_size`,
+`updates_per_second`, `env_steps_per_second`). Files of earlier versions have `mean_q`
+(network units) instead; `read_run` names it `mean_q_network`."""
 EVAL_FILE = "eval.jsonl"
 """One record per evaluation (`time`, `env_steps`, `mean_return`, `returns`)."""
+METRICS_FILE = "metrics-{process}.jsonl"
+"""Per process ("agent", "parent", "learner", "actor-<i>"): one record per custom metric
+value (`R2D2Callback.log_metric`): `time`, `process`, `name`, `value`, `env_steps` (the
+run's, when logged), `updates` (learner updates; null in actors)."""
 INFO_FILE = "run.json"
 """The run's description: `config`, `library_version`, `started` (Unix time)."""
 
@@ -44,6 +53,11 @@ INFO_FILE = "run.json"
 def actor_file(index: int) -> str:
     """File name of actor `index`'s episodes."""
     return ACTOR_FILE.format(index=int(index))
+
+
+def metrics_file(process: str) -> str:
+    """File name of process `process`'s custom metrics."""
+    return METRICS_FILE.format(process=process)
 
 
 def _plain(value: Any) -> Any:

@@ -16,6 +16,7 @@ __all__ = ["RunLog", "read_jsonl", "read_run"]
 logger = logging.getLogger(__name__)
 
 _ACTOR_NAME = re.compile(r"^actor-(\d+)\.jsonl$")
+_METRICS_NAME = re.compile(r"^metrics-(.+)\.jsonl$")
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]:
@@ -63,6 +64,7 @@ class RunLog:
         evaluations: Evaluation records.
         info: `run.json` (config, library version, start time), if present.
         skipped_lines: Lines skipped as torn or unreadable.
+        metrics: Custom metric records (`log_metric`) of every process, in time order.
     """
 
     directory: str
@@ -71,6 +73,22 @@ class RunLog:
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     info: dict[str, Any] | None = None
     skipped_lines: int = 0
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def metric_names(self) -> list[str]:
+        """Names of the custom metrics, sorted."""
+        return sorted({str(r.get("name")) for r in self.metrics})
+
+    def metric(self, name: str) -> dict[str, list[dict[str, Any]]]:
+        """Custom metric `name` (with or without its `custom/` prefix): process -> its
+        records, in time order."""
+        name = name.removeprefix("custom/")
+        by_process: dict[str, list[dict[str, Any]]] = {}
+        for record in self.metrics:
+            if record.get("name") == name:
+                by_process.setdefault(str(record.get("process")), []).append(record)
+        return by_process
 
     @property
     def episodes(self) -> int:
@@ -93,8 +111,25 @@ class RunLog:
         return out
 
 
+def _current_names(record: dict[str, Any]) -> dict[str, Any]:
+    """A learner record with today's field names (earlier versions wrote `mean_q`, in
+    network units, for `mean_q_network`)."""
+    if "mean_q" in record and "mean_q_network" not in record:
+        record = {**record, "mean_q_network": record["mean_q"]}
+        del record["mean_q"]
+    return record
+
+
 def read_run(directory: str | os.PathLike[str]) -> RunLog:
     """Loads a run directory written by `RunLogCallback`.
+
+    Example:
+        >>> from r2d2_agent.runlog import JsonLinesWriter
+        >>> writer = JsonLinesWriter("run/metrics-learner.jsonl")
+        >>> writer.write({"name": "replay_size", "value": 64, "process": "learner"})
+        >>> writer.close()
+        >>> [r["value"] for r in read_run("run").metric("replay_size")["learner"]]
+        [64]
 
     Raises:
         FileNotFoundError: If `directory` does not exist.
@@ -106,13 +141,20 @@ def read_run(directory: str | os.PathLike[str]) -> RunLog:
         raise FileNotFoundError(f"run directory {directory} does not exist")
     skipped = 0
     actors: dict[int, list[dict[str, Any]]] = {}
+    metrics: list[dict[str, Any]] = []
     for name in sorted(os.listdir(directory)):
         match = _ACTOR_NAME.match(name)
         if match:
             records, bad = read_jsonl(os.path.join(directory, name))
             actors[int(match.group(1))] = records
             skipped += bad
+        elif _METRICS_NAME.match(name):
+            records, bad = read_jsonl(os.path.join(directory, name))
+            metrics.extend(records)
+            skipped += bad
+    metrics.sort(key=lambda r: r.get("time", 0.0))
     learner, bad = read_jsonl(os.path.join(directory, LEARNER_FILE))
+    learner = [_current_names(record) for record in learner]
     skipped += bad
     evaluations, bad = read_jsonl(os.path.join(directory, EVAL_FILE))
     skipped += bad
@@ -121,9 +163,11 @@ def read_run(directory: str | os.PathLike[str]) -> RunLog:
     if os.path.exists(info_path):
         with open(info_path, encoding="utf-8") as file:
             info = json.load(file)
-    if not actors and not learner and not evaluations:
+    if not actors and not learner and not evaluations and not metrics:
         raise ValueError(
-            f"{directory} holds no run log (actor-<i>.jsonl, learner.jsonl or eval.jsonl); "
-            "give the directory a RunLogCallback wrote to"
+            f"{directory} holds no run log (actor-<i>.jsonl, learner.jsonl, eval.jsonl or "
+            "metrics-<process>.jsonl); give the directory a RunLogCallback wrote to"
         )
-    return RunLog(directory, dict(sorted(actors.items())), learner, evaluations, info, skipped)
+    return RunLog(
+        directory, dict(sorted(actors.items())), learner, evaluations, info, skipped, metrics
+    )

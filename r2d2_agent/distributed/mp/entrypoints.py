@@ -51,6 +51,9 @@ class _ActorReporter:
     def on_steps(self, total_steps: int) -> None:
         self._counters.set_actor_steps(self._index, total_steps)
 
+    def run_env_steps(self) -> int:
+        return self._counters.total_steps()
+
     def on_episode(self, episode_return: float, episode_steps: int) -> None:
         self._episodes += 1
         self._counters.set_actor_episodes(self._index, self._episodes)

@@ -112,6 +112,10 @@ class _ActorBoardReporter:
     def on_steps(self, total_steps: int) -> None:
         self._steps = total_steps
 
+    def run_env_steps(self) -> int:
+        """The run's env steps as of the last report, plus this actor's since then."""
+        return self._total + self._steps - self._steps_at_report
+
     def on_episode(self, episode_return: float, episode_steps: int) -> None:
         self._episodes += 1
         self._returns.append(float(episode_return))

@@ -1,0 +1,203 @@
+"""`r2d2-train`: one command to train any Gymnasium env.
+
+The checks of the arguments run in this process and start nothing (`plan_run`, or `main`
+ending with exit status 2 before any child). One tiny run and its resume share a
+module-scoped fixture; the learning test (slow) trains CartPole to the env's reward
+threshold, as `r2d2-train CartPole-v1 --preset cartpole --actors 2` does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import multiprocessing
+import os
+import pathlib
+from types import SimpleNamespace
+
+import pytest
+import tomllib
+
+from r2d2_agent import InputType, R2D2Agent
+from r2d2_agent.cli import build_parser, main, plan_run
+from r2d2_agent.presets import cartpole_config
+from r2d2_agent.runlog import read_run
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _plan(*argv):
+    return plan_run(build_parser().parse_args(list(argv)))
+
+
+def _refused(capsys, *argv) -> str:
+    """`main(argv)`'s error message; it must exit with status 2 and start no process."""
+    with pytest.raises(SystemExit) as raised:
+        main(list(argv))
+    assert raised.value.code == 2
+    assert multiprocessing.active_children() == []
+    return capsys.readouterr().err
+
+
+# ----------------------------------------------------------------- the configuration --
+def test_a_preset_on_its_env_is_the_preset_itself():
+    assert _plan("CartPole-v1", "--preset", "cartpole").config == cartpole_config(seed=0)
+
+
+def test_the_env_decides_the_spaces_over_the_preset():
+    config = _plan("Acrobot-v1", "--preset", "cartpole").config
+    assert (config.input_shape, config.nb_actions) == ((6,), 3)
+    assert config.lstm_units == cartpole_config().lstm_units
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".yaml"])
+def test_set_wins_over_the_config_file_which_wins_over_the_preset(tmp_path, suffix):
+    path = tmp_path / f"run{suffix}"
+    sep = " = " if suffix == ".toml" else ": "
+    path.write_text(f"lstm_units{sep}32\nbatch_size{sep}16\n")
+    config = _plan(
+        "CartPole-v1", "--preset", "cartpole", "--config", str(path), "--set", "lstm_units=16"
+    ).config
+    assert (config.lstm_units, config.batch_size, config.dense_units) == (16, 16, 64)
+
+
+def test_set_takes_python_literals_and_input_types_by_name():
+    config = _plan(
+        "CartPole-v1", "--set", "learning_rate=2e-3", "--set", "input_type=VALUES"
+    ).config
+    assert config.learning_rate == 2e-3 and config.input_type is InputType.VALUES
+
+
+def test_an_ale_game_gets_the_atari_frames():
+    pytest.importorskip("ale_py")
+    plan = _plan("ALE/Pong-v5", "--set", "memory_capacity=1000")
+    config = plan.config
+    assert (config.input_shape, config.input_type, config.input_sequence) == (
+        (84, 84),
+        InputType.GRAY_2ch,
+        4,
+    )
+    env = plan.env_factory()
+    try:
+        assert env.observation_space.shape == (84, 84)  # AtariPreprocessing
+    finally:
+        env.close()
+
+
+def test_a_replay_nobody_sized_is_made_to_fit_in_half_the_memory():
+    pytest.importorskip("ale_py")
+    plan = _plan("ALE/Pong-v5")  # the paper's 100,000 sequences: 29.7 GB
+    assert plan.config.memory_capacity < 100_000
+    assert any("memory_capacity=" in note for note in plan.notes)
+
+
+# ----------------------------------------------------------------- bad arguments ------
+def test_an_unknown_field_is_named_with_the_closest_one(capsys):
+    assert "did you mean lstm_units?" in _refused(capsys, "CartPole-v1", "--set", "lstm_unit=3")
+
+
+def test_an_unknown_env_id_gets_gymnasiums_suggestion(capsys):
+    assert "Did you mean: `CartPole`?" in _refused(capsys, "CartPol-v1")
+
+
+def test_an_unknown_preset_lists_the_presets(capsys):
+    assert "cartpole, masked_cartpole" in _refused(capsys, "CartPole-v1", "--preset", "pong")
+
+
+def test_continuous_actions_are_refused(capsys):
+    assert "Discrete" in _refused(capsys, "Pendulum-v1")
+
+
+def test_an_invalid_config_value_is_refused_naming_the_field(capsys):
+    assert "batch_size" in _refused(capsys, "CartPole-v1", "--set", "batch_size=0")
+
+
+def test_a_missing_checkpoint_to_resume_is_refused(capsys, tmp_path):
+    message = _refused(capsys, "CartPole-v1", "--resume", str(tmp_path / "nothing"))
+    assert "does not exist" in message
+
+
+def test_a_checkpoint_of_another_network_is_refused_naming_the_field(capsys, tmp_path, make_config):
+    agent = R2D2Agent(make_config())  # lstm_units=8; the preset has 64
+    agent.compile()
+    agent.save_checkpoint(str(tmp_path / "ckpt-1.h5"))
+    message = _refused(capsys, "CartPole-v1", "--preset", "cartpole", "--resume", str(tmp_path))
+    assert "lstm_units" in message
+
+
+def test_a_dry_run_prints_the_plan_and_trains_nothing(capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    assert (
+        main(["CartPole-v1", "--preset", "cartpole", "--dry-run", "--run-dir", str(run_dir)]) == 0
+    )
+    assert "lstm_units=64" in capsys.readouterr().out
+    assert not run_dir.exists()
+
+
+def test_the_package_installs_the_r2d2_train_command():
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        target = tomllib.load(file)["project"]["scripts"]["r2d2-train"]
+    module, function = target.split(":")
+    assert getattr(importlib.import_module(module), function) is main
+
+
+# ----------------------------------------------------------------- a run and its resume --
+TINY = ["--actors", "1", "--checkpoint-interval", "5", "--eval-interval", "0"]
+TINY += ["--eval-episodes", "2", "-q", "--set", "memory_warmup=8", "--set", "batch_size=8"]
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory, assert_no_leftovers):
+    """`r2d2-train CartPole-v1 --preset cartpole` for 400 env steps, then `--resume` of its
+    run directory to 800."""
+    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    first_code = main(["CartPole-v1", "--preset", "cartpole", *TINY, "--nb-steps", "400",
+                       "--run-dir", str(run_dir)])  # fmt: skip
+    first = json.loads((run_dir / "result.json").read_text())
+    first_log = read_run(run_dir)
+    second_code = main(["CartPole-v1", "--preset", "cartpole", *TINY, "--nb-steps", "800",
+                        "--resume", str(run_dir)])  # fmt: skip
+    assert_no_leftovers()
+    return SimpleNamespace(
+        codes=(first_code, second_code),
+        first=first,
+        first_log=first_log,
+        second=json.loads((run_dir / "result.json").read_text()),
+        second_log=read_run(run_dir),
+        run_dir=run_dir,
+    )
+
+
+def test_a_run_ends_with_its_result_and_a_final_evaluation(resumed):
+    assert resumed.codes == (0, 0)
+    assert resumed.first["stop_reason"] == "nb_steps" and resumed.first["env_steps"] >= 400
+    assert len(resumed.first_log.evaluations) == 1 and resumed.first["final_evaluation"]
+
+
+def test_a_run_directory_holds_logs_checkpoints_curve_and_tensorboard(resumed):
+    names = set(os.listdir(resumed.run_dir))
+    assert {"run.json", "learner.jsonl", "actor-0.jsonl", "learning_curve.png"} <= names
+    assert os.listdir(resumed.run_dir / "checkpoints")
+    assert os.listdir(resumed.run_dir / "tensorboard" / "actor_0")
+
+
+def test_resume_continues_from_the_run_directorys_checkpoint(resumed):
+    second = resumed.second
+    assert second["resumed_from"].startswith(str(resumed.run_dir / "checkpoints"))
+    assert second["env_steps"] >= 800 and second["episodes"] > resumed.first["episodes"]
+
+
+def test_resume_appends_to_the_same_logs(resumed):
+    first, second = resumed.first_log.actors[0], resumed.second_log.actors[0]
+    assert second[: len(first)] == first and len(second) > len(first)
+
+
+# ----------------------------------------------------------------- learning -------------
+@pytest.mark.slow
+def test_r2d2_train_solves_cartpole_to_the_envs_reward_threshold(tmp_path):
+    code = main(["CartPole-v1", "--preset", "cartpole", "--actors", "2", "--seed", "0",
+                 "--nb-steps", "60000", "--max-seconds", "600", "-q",
+                 "--run-dir", str(tmp_path / "run")])  # fmt: skip
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert code == 0
+    assert result["stop_return"] == 475.0 and result["reached_stop_return"], result

@@ -1,0 +1,126 @@
+"""Presets you can read, and that cannot drift: every public preset function of
+`r2d2_agent.presets` (each `*_config` function) lists its values in its docstring and in
+the README's preset table, both checked here against what the function returns; the
+README's quickstart spells out the preset it names.
+
+A new preset is picked up by itself: a failing test prints the docstring block or the
+README table to paste.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import pathlib
+import re
+
+import pytest
+
+from r2d2_agent import InputType, R2D2Config, presets
+
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+
+PRESETS = {
+    name: function
+    for name, function in vars(presets).items()
+    if name.endswith("_config")
+    and not name.startswith("_")
+    and inspect.isfunction(function)
+    and function.__module__ == presets.__name__
+}
+"""Every public preset function, by name."""
+
+FIELDS = [f.name for f in dataclasses.fields(R2D2Config)]
+
+
+def _text(value) -> str:
+    """How a value reads in the docstrings and the table."""
+    if isinstance(value, InputType):
+        return f"InputType.{value.name}"
+    return repr(value)
+
+
+def _default(name: str):
+    """`R2D2Config`'s default of field `name` (`dataclasses.MISSING` if it is required)."""
+    return next(f.default for f in dataclasses.fields(R2D2Config) if f.name == name)
+
+
+def preset_values(function) -> dict[str, str]:
+    """The fields where the preset differs from `R2D2Config`'s defaults (the required
+    ones included), in field order."""
+    config = function()
+    return {
+        name: _text(getattr(config, name))
+        for name in FIELDS
+        if getattr(config, name) != _default(name)
+    }
+
+
+def docstring_values(function) -> dict[str, str]:
+    """The `name=value` lines of the docstring's "Values" block."""
+    doc = inspect.getdoc(function) or ""
+    block = re.search(r"^Values\b.*::\n\n((?:    .*\n?)+)", doc, re.MULTILINE)
+    if block is None:
+        return {}
+    return dict(line.strip().split("=", 1) for line in block.group(1).splitlines())
+
+
+def expected_table() -> str:
+    """The README's preset table as the presets are now: a row per field that some
+    preset sets, a column per preset."""
+    values = {name: preset_values(function) for name, function in PRESETS.items()}
+    rows = sorted({field for v in values.values() for field in v}, key=FIELDS.index)
+    configs = {name: function() for name, function in PRESETS.items()}
+    head = ["field", "`R2D2Config` default", *(f"`{name}()`" for name in PRESETS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for row in rows:
+        default = _default(row)
+        cells = [
+            "required" if default is dataclasses.MISSING else f"`{_text(default)}`",
+            *(f"`{_text(getattr(config, row))}`" for config in configs.values()),
+        ]
+        lines.append("| " + " | ".join([row, *cells]) + " |")
+    return "\n".join(lines)
+
+
+def test_there_are_presets():
+    assert {"cartpole_config", "masked_cartpole_config"} <= set(PRESETS)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_each_presets_docstring_lists_its_values(name):
+    function = PRESETS[name]
+    expected = preset_values(function)
+    block = "\n".join(f"        {field}={value}" for field, value in expected.items())
+    assert docstring_values(function) == expected, (
+        f"{name}'s docstring should hold, after its summary:\n\n"
+        "    Values (every other field keeps `R2D2Config`'s default)::\n\n"
+        f"{block}\n"
+    )
+
+
+def test_the_readme_lists_every_presets_values():
+    table = expected_table()
+    assert table in README.read_text(), (
+        f"README.md's preset table is out of date; replace it with:\n\n{table}\n"
+    )
+
+
+def _quickstart() -> str:
+    """The README's first Python block (the quickstart)."""
+    return re.search(r"```python\n(.*?)```", README.read_text(), re.DOTALL).group(1)
+
+
+def test_the_quickstarts_explicit_config_is_the_preset_it_names():
+    tree = ast.parse(_quickstart())
+    (call,) = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "R2D2Config"
+    ]
+    names = {"R2D2Config": R2D2Config, "InputType": InputType}
+    explicit = eval(compile(ast.Expression(call), "README", "eval"), names)
+    named = re.search(r"# or: .*config = (\w+_config\(.*?\))", _quickstart())
+    assert named, "the quickstart should name its preset: # or: ... config = <preset>(...)"
+    assert explicit == eval(named.group(1), vars(presets))
