@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import threading
+import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +23,7 @@ from r2d2_agent.distributed.messages import Experience
 __all__ = [
     "ExperienceReceiver",
     "ExperienceSender",
+    "KeepAliveLiveness",
     "Liveness",
     "WeightsPublisher",
     "WeightsSubscriber",
@@ -44,6 +48,56 @@ class Liveness:
     def busy(self, what: str) -> Iterator[None]:
         """Meanwhile the loop may be silent (`what` names the operation, for logs)."""
         yield
+
+
+class KeepAliveLiveness(Liveness):
+    """A `Liveness` whose `busy` sections (nested freely) are covered by a daemon
+    keep-alive thread that calls `keep_alive()` every `interval` seconds; a process frozen
+    as a whole (SIGSTOP) stops that thread too. A backend implements `beat` and
+    `keep_alive` (by default the same), and may follow `set_busy`.
+
+    Args:
+        interval: Seconds between the keep-alive thread's calls.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self._interval = interval
+        self._depth = 0
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_depth": 0, "_thread": None}  # the thread stays here
+
+    def keep_alive(self) -> None:
+        """A sign of life given by the keep-alive thread during a busy section."""
+        self.beat()
+
+    def set_busy(self, busy: bool) -> None:
+        """Called when the outermost busy section begins (True) and ends (False)."""
+
+    @contextlib.contextmanager
+    def busy(self, what: str) -> Iterator[None]:
+        self._depth += 1
+        if self._depth == 1:
+            self.set_busy(True)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._keep_alive_loop, name="r2d2-keep-alive", daemon=True
+                )
+                self._thread.start()
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self.set_busy(False)
+            self.beat()
+
+    def _keep_alive_loop(self) -> None:
+        while True:
+            time.sleep(self._interval)
+            if self._depth > 0:
+                self.keep_alive()
 
 
 class ExperienceSender(abc.ABC):
