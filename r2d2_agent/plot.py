@@ -186,6 +186,7 @@ def plot_state_discrepancy(
     path: str | os.PathLike[str],
     title: str | None = None,
     log_scale: bool = False,
+    statistic: str = "mean",
 ) -> str:
     """Draws the recurrent-state diagnostic: mean Q-value discrepancy against the step
     of the trained window, one curve per start (stored or zero state, with or without
@@ -197,16 +198,20 @@ def plot_state_discrepancy(
         path: The PNG file to write.
         title: The figure's title (default: burn-in and how many sequences).
         log_scale: A logarithmic y axis.
+        statistic: "mean" (`by_step`, the paper's) or "median" (`median_by_step`) over
+            the sequences.
 
     Returns:
         The file written.
 
     Raises:
-        ValueError: If `result` holds no variant to draw.
+        ValueError: If `result` holds no variant to draw, or on another `statistic`.
     """
     from matplotlib.figure import Figure
 
-    by_step = getattr(result, "by_step", None)
+    if statistic not in ("mean", "median"):
+        raise ValueError(f'statistic must be "mean" or "median", got {statistic!r}')
+    by_step = getattr(result, "by_step" if statistic == "mean" else "median_by_step", None)
     if not by_step or not any(name in by_step for name in _DISCREPANCY_STYLES):
         raise ValueError(f"result has no state discrepancy to draw: {result!r}")
     figure = Figure(figsize=(7.5, 4.5), layout="constrained")
@@ -216,7 +221,7 @@ def plot_state_discrepancy(
             values = np.asarray(by_step[name], dtype=np.float64)
             ax.plot(np.arange(values.size), values, style, color=colour, marker=".", label=label)
     ax.set_xlabel("step of the trained window (after burn-in)")
-    ax.set_ylabel("mean ΔQ = ‖q(ĥ) − q(h*)‖₂ / |max q(h*)|")
+    ax.set_ylabel(f"{statistic} ΔQ = ‖q(ĥ) − q(h*)‖₂ / |max q(h*)|")
     if log_scale:
         ax.set_yscale("log")
     else:

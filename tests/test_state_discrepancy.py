@@ -10,6 +10,8 @@ by it), and episodes of random frames.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -68,7 +70,8 @@ def played_episodes(config, network, lengths, seed=0):
 
 
 def brute_force(network, config, episodes, burnin):
-    """Mean ΔQ per trained step and variant, one window and one step at a time.
+    """Mean and median ΔQ per trained step and variant, one window and one step at a
+    time.
 
     Windows start at q = 0, P, 2P, ... < E (P = `config.period`); the stored state with
     burn-in is the actor's at step max(q - b, 0), without burn-in at step q; a window's
@@ -94,8 +97,7 @@ def brute_force(network, config, episodes, burnin):
         q, state = network.step(observation(episode, j), state, *extra)
         return q[0].astype(np.float64), state
 
-    sums = {name: np.zeros(length) for name in VARIANTS}
-    counts = np.zeros(length)
+    values = {name: [[] for _ in range(length)] for name in VARIANTS}  # per step
     for episode in episodes:
         steps = episode.length
         truth, state = [], np.zeros((1, 2, units), np.float32)
@@ -118,9 +120,11 @@ def brute_force(network, config, episodes, burnin):
                     q, state = step(episode, q0 + t, state)
                     true_q = truth[q0 + t]
                     delta = np.linalg.norm(q - true_q) / abs(true_q.max())
-                    sums[name][t] += delta
-            counts[: min(length, steps - q0)] += 1
-    return {name: sums[name] / counts for name in VARIANTS}, counts
+                    values[name][t].append(delta)
+    means = {name: np.array([np.mean(v) for v in values[name]]) for name in VARIANTS}
+    medians = {name: np.array([np.median(v) for v in values[name]]) for name in VARIANTS}
+    counts = np.array([len(v) for v in values[VARIANTS[0]]])
+    return means, medians, counts
 
 
 @pytest.mark.parametrize(
@@ -144,13 +148,14 @@ def test_by_step_matches_stepping_the_numpy_network_by_hand(make_config, changes
         random_episode(config, rng, 17, terminated=False),
     ]
     result = state_discrepancy(network, config, episodes, burnin)
-    expected, counts = brute_force(
+    expected, medians, counts = brute_force(
         network, config, episodes, config.burnin if burnin is None else burnin
     )
     assert result.counts.tolist() == counts.tolist()
     assert result.nb_sequences == sum(len(range(0, e.length, config.period)) for e in episodes)
     for name in VARIANTS:
         np.testing.assert_allclose(result.by_step[name], expected[name], rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(result.median_by_step[name], medians[name], rtol=1e-4, atol=1e-6)
     # Random stored states are off: every variant but none is far from the truth here.
     assert all(result.by_step[name][-1] > 1e-3 for name in VARIANTS)
 
@@ -211,6 +216,7 @@ def test_summary_has_mean_first_and_last_per_variant():
         by_step={
             name: np.array([1.0, 2.0, 4.0, np.nan]) * (i + 1) for i, name in enumerate(VARIANTS)
         },
+        median_by_step={name: np.zeros(4) for name in VARIANTS},
         counts=counts,
         burnin=2,
         input_length=4,
@@ -317,6 +323,10 @@ def test_the_plot_writes_a_png(tmp_path, make_config):
     with open(path, "rb") as file:
         assert file.read(8) == b"\x89PNG\r\n\x1a\n"
     assert list((tmp_path / "figs").iterdir()) == [tmp_path / "figs" / "discrepancy.png"]
+    median = plot_state_discrepancy(result, tmp_path / "median.png", statistic="median")
+    assert os.path.getsize(median) > 0
+    with pytest.raises(ValueError, match="statistic"):
+        plot_state_discrepancy(result, tmp_path / "x.png", statistic="max")
 
 
 def test_the_agent_records_training_episodes_and_the_learner_measures_them(

@@ -7,8 +7,8 @@
 * `EpisodeLoop`: the one episode loop, used by actors, evaluation and `R2D2Agent.fit`.
 * `RecurrentState`, `recurrent_step`: acting from a state passed in and returned
   (`R2D2Agent.predict`).
-* `EpisodeRecorder`, `state_discrepancy`: the recurrent-state diagnostic (is burn-in long
-  enough?) on recorded episodes (`R2D2Agent.state_discrepancy`).
+* `EpisodeRecorder`, `StateDiscrepancy`: the recurrent-state diagnostic (is burn-in long
+  enough?) on recorded episodes (`roles.state_discrepancy`, `R2D2Agent.state_discrepancy`).
 
 None of them knows whether it runs in one process, several, or on a cluster.
 """
@@ -32,7 +32,6 @@ from r2d2_agent.roles.state_discrepancy import (
     EpisodeRecorder,
     RecordedEpisode,
     StateDiscrepancy,
-    state_discrepancy,
 )
 
 __all__ = [
@@ -51,7 +50,6 @@ __all__ = [
     "play_episodes",
     "recurrent_step",
     "resolve_use_numpy",
-    "state_discrepancy",
 ]
 
 

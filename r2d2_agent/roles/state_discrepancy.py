@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -235,6 +236,9 @@ class StateDiscrepancy:
     Attributes:
         by_step: Variant name (`VARIANTS`) -> `(input_length,)` mean over sequences of
             `ΔQ_t` (NaN where no sequence has a real step `t`).
+        median_by_step: The same with the median over sequences: robust to the few
+            steps whose largest true Q-value is near 0 (e.g. an episode's last steps
+            in a task whose rewards end there), which dominate a mean.
         counts: `(input_length,)` sequences with a real step `t` (the means' sizes).
         burnin: Burn-in steps of the `*_burnin` variants.
         input_length: Trained steps per sequence.
@@ -244,6 +248,7 @@ class StateDiscrepancy:
     """
 
     by_step: dict[str, np.ndarray]
+    median_by_step: dict[str, np.ndarray]
     counts: np.ndarray
     burnin: int
     input_length: int
@@ -509,8 +514,7 @@ def state_discrepancy(
     layout_0 = SequenceLayout.from_config(config.replace(burnin=0), dtype)
     length, steps = config.input_length, b + config.input_length
     obs_bytes = 4 * int(np.prod(config.network_input_shape))
-    sums = np.zeros((len(VARIANTS), length))
-    counts = np.zeros(length, np.int64)
+    deltas = []  # (N, variants, L) per chunk, NaN at steps past the episode's end
     nb_sequences = 0
     for episode in episodes:
         records = _cut(episode, layout, config)
@@ -537,13 +541,17 @@ def state_discrepancy(
             real = np.stack([r.fields["mask"] > 0.5 for r, _ in pairs])  # (N, L)
             denominator = np.maximum(np.abs(truth.max(axis=-1)), _DENOMINATOR_FLOOR)
             delta = np.linalg.norm(q_hat - truth[:, None], axis=-1) / denominator[:, None]
-            sums += np.where(real[:, None], delta, 0.0).sum(axis=0)
-            counts += real.sum(axis=0)
+            deltas.append(np.where(real[:, None], delta, np.nan))
         nb_sequences += len(records)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    all_deltas = np.concatenate(deltas)
+    counts = np.sum(~np.isnan(all_deltas[:, 0]), axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN steps stay NaN
+        means = np.nanmean(all_deltas, axis=0)
+        medians = np.nanmedian(all_deltas, axis=0)
     result = StateDiscrepancy(
         by_step={name: means[i] for i, name in enumerate(VARIANTS)},
+        median_by_step={name: medians[i] for i, name in enumerate(VARIANTS)},
         counts=counts,
         burnin=b,
         input_length=length,
