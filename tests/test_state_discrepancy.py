@@ -344,9 +344,8 @@ def test_the_agent_records_training_episodes_and_the_learner_measures_them(
     assert agent.learner.updates > 0 and len(recorder.episodes) == 3
     assert recorder.episodes_started >= 6
     result = agent.state_discrepancy()
-    # The learner's Keras network and the numpy pass on the same weights agree.
-    numpy_net = NumpyNetwork(config, agent.learner.get_weights())
-    expected = state_discrepancy(numpy_net, config, recorder.episodes)
+    # The learner's numpy pass and its Keras network (`unroll`, as it trains) agree.
+    expected = state_discrepancy(agent.learner.online, config, recorder.episodes)
     for name in VARIANTS:
         np.testing.assert_allclose(
             result.by_step[name], expected.by_step[name], rtol=1e-3, atol=1e-5
@@ -355,3 +354,15 @@ def test_the_agent_records_training_episodes_and_the_learner_measures_them(
     assert agent.learner.sequences_added > 0
     longer = agent.state_discrepancy(burnin=6)
     assert longer.burnin == 6 and longer.nb_sequences == result.nb_sequences
+
+
+def test_small_batches_give_the_same_result(make_config):
+    config = make_config(input_shape=(3,), input_sequence=2)
+    network = numpy_network(config)
+    rng = np.random.default_rng(3)
+    episodes = [random_episode(config, rng, n) for n in (2, 9, 14)]
+    whole = state_discrepancy(network, config, episodes)
+    # One window, one episode and one time step per network call.
+    tiny = state_discrepancy(network, config, episodes, max_batch_bytes=1)
+    for name in VARIANTS:
+        np.testing.assert_allclose(tiny.by_step[name], whole.by_step[name], rtol=1e-5)

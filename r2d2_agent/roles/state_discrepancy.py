@@ -390,33 +390,52 @@ def _prev_inputs(episode: RecordedEpisode) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _true_q_values(
-    run: Unroller, config: R2D2Config, episode: RecordedEpisode, frames: np.ndarray, segment: int
-) -> np.ndarray:
-    """`(E, nb_actions)`: the network unrolled from a zero state at `s_0` over the whole
-    episode (in segments of `segment` steps, the state carried), on stacks built as the
-    actor builds them (zero frames before `s_0`)."""
-    stack, steps = config.input_sequence, episode.length
-    padded = np.concatenate([np.zeros((stack - 1, *frames.shape[1:]), frames.dtype), frames])
-    prev_action, prev_reward = _prev_inputs(episode)
-    state = np.zeros((1, 2, config.state_size), np.float32)
-    out = []
-    for t0 in range(0, steps, segment):
-        t1 = min(t0 + segment, steps)
-        obs = stack_frames(padded[t0 : t1 + stack - 1], np.ones(t1 - t0), stack)
-        q, state = run(
-            obs[None],
-            state,
-            np.ones((1, t1 - t0), bool),
-            prev_action[None, t0:t1],
-            prev_reward[None, t0:t1],
-        )
-        out.append(q[0])
-    return np.concatenate(out)
+    run: Unroller,
+    config: R2D2Config,
+    episodes: tuple[RecordedEpisode, ...],
+    tables: list[np.ndarray],
+    max_bytes: int,
+) -> list[np.ndarray]:
+    """Per episode `(E, nb_actions)`: the network unrolled from a zero state at `s_0` over
+    the whole episode, on stacks built as the actor builds them (zero frames before
+    `s_0`). Episodes of similar length run together, padded (padding keeps the state),
+    in time segments that keep each call within `max_bytes` of observations."""
+    stack = config.input_sequence
+    obs_bytes = 4 * int(np.prod(config.network_input_shape))
+    longest = max(e.length for e in episodes)
+    group = max(1, max_bytes // (longest * obs_bytes))
+    order = sorted(range(len(episodes)), key=lambda k: episodes[k].length)
+    out: list[np.ndarray] = [np.empty(0)] * len(episodes)
+    for first in range(0, len(order), group):
+        members = order[first : first + group]
+        steps = max(episodes[k].length for k in members)
+        frame_shape = tables[members[0]].shape[1:]
+        frames = np.zeros((len(members), steps + stack - 1, *frame_shape), np.float32)
+        mask = np.zeros((len(members), steps), bool)
+        prev_action = np.full((len(members), steps), -1, np.int32)
+        prev_reward = np.zeros((len(members), steps), np.float32)
+        for row, k in enumerate(members):
+            length = episodes[k].length
+            frames[row, stack - 1 : stack - 1 + length] = tables[k][:length]  # s_0 .. s_{E-1}
+            mask[row, :length] = True
+            prev_action[row, :length], prev_reward[row, :length] = _prev_inputs(episodes[k])
+        state = np.zeros((len(members), 2, config.state_size), np.float32)
+        segment = max(1, max_bytes // (len(members) * obs_bytes))
+        q_parts = []
+        for t0 in range(0, steps, segment):
+            t1 = min(t0 + segment, steps)
+            obs = stack_frames(frames[:, t0 : t1 + stack - 1], mask[:, t0:t1], stack)
+            q, state = run(obs, state, mask[:, t0:t1], prev_action[:, t0:t1], prev_reward[:, t0:t1])
+            q_parts.append(q)
+        q_all = np.concatenate(q_parts, axis=1)
+        for row, k in enumerate(members):
+            out[k] = q_all[row, : episodes[k].length]
+    return out
 
 
 def _window_rows(
-    pairs: list[tuple[SequenceRecord, SequenceRecord]],
-    table: np.ndarray,
+    windows: list[tuple[int, SequenceRecord, SequenceRecord]],
+    tables: list[np.ndarray],
     config: R2D2Config,
     burnin: int,
 ) -> tuple[np.ndarray, ...]:
@@ -426,8 +445,9 @@ def _window_rows(
     previous actions and rewards.
 
     Args:
-        pairs: Each window as cut with the burn-in and without it.
-        table: The episode's frames by id, a zero frame last (id -1).
+        windows: Each window's episode index, and the window as cut with the burn-in and
+            without it.
+        tables: Per episode, its frames by id, a zero frame last (id -1).
         config: The configuration.
         burnin: b.
     """
@@ -436,8 +456,9 @@ def _window_rows(
     trained = np.ones(config.input_length, bool)
     no_burn = np.zeros(burnin, bool)
     obs, states, masks, actions, rewards = [], [], [], [], []
-    for record, record_0 in pairs:
+    for episode, record, record_0 in windows:
         fields = record.fields
+        table = tables[episode]
         if record_0.fields["frame_ids"][stack - 1] != fields["frame_ids"][burnin + stack - 1]:
             raise RuntimeError("the adder's windows with and without burn-in start apart")
         seq_obs = stack_frames(table[fields["frame_ids"]], fields["obs_mask"], stack)[:steps]
@@ -514,9 +535,8 @@ def state_discrepancy(
     layout_0 = SequenceLayout.from_config(config.replace(burnin=0), dtype)
     length, steps = config.input_length, b + config.input_length
     obs_bytes = 4 * int(np.prod(config.network_input_shape))
-    deltas = []  # (N, variants, L) per chunk, NaN at steps past the episode's end
-    nb_sequences = 0
-    for episode in episodes:
+    windows, tables = [], []  # (episode index, record, record_0); frames by id
+    for k, episode in enumerate(episodes):
         records = _cut(episode, layout, config)
         records_0 = _cut(episode, layout_0, config)
         if len(records) != len(records_0):  # the windows do not depend on the burn-in
@@ -525,24 +545,33 @@ def state_discrepancy(
         frames = np.concatenate([r.frames for r in records]).astype(np.float32)
         if len(frames) != episode.length + 1:
             raise RuntimeError(f"the adder handed on {len(frames)} frames, not E + 1")
-        segment = max(1, max_batch_bytes // obs_bytes)
-        q_true = _true_q_values(run, config, episode, frames, segment)
-        table = np.concatenate([frames, np.zeros_like(frames[:1])])  # id -1: a zero frame
-        for chunk in _chunks(len(records), len(VARIANTS) * steps * obs_bytes, max_batch_bytes):
-            pairs = list(zip(records[chunk], records_0[chunk], strict=True))
-            rows = _window_rows(pairs, table, config, b)
-            q_hat = run(*rows)[0][:, b:].reshape(len(pairs), len(VARIANTS), length, -1)
-            # The trained steps' episode steps: trained step 0 is the newest frame of
-            # observation b (frame ids are episode steps for a fresh adder).
-            stack = config.input_sequence
-            starts = np.array([int(r.fields["frame_ids"][b + stack - 1]) for r, _ in pairs])
-            index = np.minimum(starts[:, None] + np.arange(length), episode.length - 1)
-            truth = q_true[index]  # (N, L, A)
-            real = np.stack([r.fields["mask"] > 0.5 for r, _ in pairs])  # (N, L)
-            denominator = np.maximum(np.abs(truth.max(axis=-1)), _DENOMINATOR_FLOOR)
-            delta = np.linalg.norm(q_hat - truth[:, None], axis=-1) / denominator[:, None]
-            deltas.append(np.where(real[:, None], delta, np.nan))
-        nb_sequences += len(records)
+        tables.append(np.concatenate([frames, np.zeros_like(frames[:1])]))  # id -1: zeros
+        windows += [(k, r, r0) for r, r0 in zip(records, records_0, strict=True)]
+    q_true = _true_q_values(run, config, episodes, tables, max_batch_bytes)
+    stack = config.input_sequence
+    deltas = []  # (N, variants, L) per chunk, NaN at steps past the episode's end
+    for chunk in _chunks(len(windows), len(VARIANTS) * steps * obs_bytes, max_batch_bytes):
+        part = windows[chunk]
+        q_hat = run(*_window_rows(part, tables, config, b))[0][:, b:]
+        q_hat = q_hat.reshape(len(part), len(VARIANTS), length, -1)
+        # The true Q-values at the trained steps: trained step 0 is the newest frame of
+        # observation b, and frame ids are episode steps (a fresh adder per episode).
+        truth = np.stack(
+            [
+                q_true[k][
+                    np.minimum(
+                        int(r.fields["frame_ids"][b + stack - 1]) + np.arange(length),
+                        episodes[k].length - 1,
+                    )
+                ]
+                for k, r, _ in part
+            ]
+        )  # (N, L, A)
+        real = np.stack([r.fields["mask"] > 0.5 for _, r, _ in part])  # (N, L)
+        denominator = np.maximum(np.abs(truth.max(axis=-1)), _DENOMINATOR_FLOOR)
+        delta = np.linalg.norm(q_hat - truth[:, None], axis=-1) / denominator[:, None]
+        deltas.append(np.where(real[:, None], delta, np.nan))
+    nb_sequences = len(windows)
     all_deltas = np.concatenate(deltas)
     counts = np.sum(~np.isnan(all_deltas[:, 0]), axis=0)
     with warnings.catch_warnings():
