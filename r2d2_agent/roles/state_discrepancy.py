@@ -9,8 +9,9 @@ that state closer. The paper measures how far it stays off with the Q-value disc
 
 at step `t` of the trained window, where `h*_t` is the "true" state, the current network
 unrolled from the episode's start (zero state at `s_0`), and `ĥ_t` the state the learner
-gets from the replayed sequence. `state_discrepancy` computes the mean over sequences of
-`ΔQ_t` for every trained step `t` and four starts:
+gets from the replayed sequence. `state_discrepancy` computes the mean (the paper's
+statistic) and the median over sequences of `ΔQ_t` for every trained step `t` and four
+starts:
 
 * `stored_burnin`: the stored state, then `b` burn-in steps (what the learner trains on);
 * `stored`: the state stored at the window's first step, no burn-in;
@@ -20,14 +21,15 @@ gets from the replayed sequence. `state_discrepancy` computes the mean over sequ
 A curve that is high at `t = 0` and falls along the window says the state starts stale
 and the window's first steps are trained on it: a longer burn-in (or stored states) helps.
 Q-values are the network's outputs (the rescaled `h` space with `enable_rescaling`, as
-in the paper); the ratio grows without bound where the largest Q-value is near zero.
+in the paper); the ratio grows without bound where the largest Q-value is near zero (an
+episode's last steps, often), which the median shrugs off.
 
 Episodes come from an `EpisodeRecorder`, a tee on the actor's adder that keeps the
 frames, actions, rewards and recurrent states of some episodes (`RecordedEpisode`). They
 are cut into windows by a `SequenceAdder` of the config's layout (input length, period,
 stacking; the burn-in passed), exactly as the replay holds them, stored state included.
-This module imports neither TensorFlow nor matplotlib (`r2d2_agent.plot.
-plot_state_discrepancy` draws a result).
+This module imports neither TensorFlow nor matplotlib; `plot_state_discrepancy` of
+`r2d2_agent.plot` draws a result.
 """
 
 from __future__ import annotations
@@ -188,8 +190,12 @@ class EpisodeRecorder:
         self.episodes_started += 1
         self._current = None
         if record:
-            self._current = {"frames": [np.array(frame)], "actions": [], "rewards": []}
-            self._current["states"] = []
+            self._current = {
+                "frames": [np.array(frame)],
+                "actions": [],
+                "rewards": [],
+                "states": [],
+            }
 
     def add(
         self,
