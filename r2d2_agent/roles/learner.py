@@ -36,7 +36,6 @@ from r2d2_agent.checkpoints import (
 from r2d2_agent.compat import keras, tf
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.math import importance_weights, linear_schedule, tf_ops
-from r2d2_agent.math.reward_scale import reward_scale
 from r2d2_agent.networks.keras_net import R2D2Network
 from r2d2_agent.networks.weights_io import save_weights_atomic
 from r2d2_agent.replay.adder import SequenceRecord
@@ -138,10 +137,7 @@ class R2D2Learner:
         (`r2d2_agent.math.reward_scale`); 1.0 without `normalize_rewards`. The network's
         Q-values times this (after h⁻¹) are in return units."""
         self.flush_reward_statistics()
-        stats = self.online.reward_statistics
-        if stats is None:
-            return 1.0
-        return reward_scale(float(stats.count.numpy()), float(stats.mean_square.numpy()))
+        return self.online.reward_scale
 
     @property
     def ready(self) -> bool:
