@@ -27,13 +27,16 @@ from r2d2_agent.roles.state_discrepancy import (
 
 
 def numpy_network(config, seed=0):
-    """A `NumpyNetwork` with random weights; the value bias is 3 (Q-values near 3)."""
+    """A `NumpyNetwork` with random weights; the value bias is 3 (Q-values near 3); with
+    `normalize_rewards` its reward statistics give a reward scale of about 3."""
     rng = np.random.default_rng(seed)
     weights = []
     for name, shape in weight_layout(config):
         w = rng.normal(0.0, 0.5, shape).astype(np.float32)
         if name == "value/bias":
             w[:] = 3.0
+        if name.startswith("reward_statistics/"):  # 100 rewards of mean square 9: scale 3
+            w = np.array(100.0 if name.endswith("count") else 9.0)
         weights.append(w)
     return NumpyNetwork(config, weights)
 
@@ -79,6 +82,7 @@ def brute_force(network, config, episodes, burnin):
     """
     b, length, stack, units = burnin, config.input_length, config.input_sequence, config.state_size
     with_prev = config.enable_prev_action_reward
+    scale = network.reward_scale if config.normalize_rewards else 1.0
 
     def observation(episode, j):
         frames = [
@@ -92,7 +96,7 @@ def brute_force(network, config, episodes, burnin):
         if with_prev:
             extra = (
                 np.array([episode.actions[j - 1] if j > 0 else -1]),
-                np.array([episode.rewards[j - 1] if j > 0 else 0.0], np.float32),
+                np.array([episode.rewards[j - 1] / scale if j > 0 else 0.0], np.float32),
             )
         q, state = network.step(observation(episode, j), state, *extra)
         return q[0].astype(np.float64), state
@@ -133,12 +137,20 @@ def brute_force(network, config, episodes, burnin):
         ({}, None),  # b = 2, L = 4, period 2
         ({"sequence_period": 3, "input_sequence": 2}, 3),  # stacked frames, a longer burn-in
         ({"enable_prev_action_reward": True, "input_length": 5}, 0),  # no burn-in at all
+        ({"enable_prev_action_reward": True, "normalize_rewards": True}, None),
     ],
-    ids=["preset-like", "stacked-period3-burnin3", "prev-action-reward-burnin0"],
+    ids=[
+        "preset-like",
+        "stacked-period3-burnin3",
+        "prev-action-reward-burnin0",
+        "prev-reward-normalized",
+    ],
 )
 def test_by_step_matches_stepping_the_numpy_network_by_hand(make_config, changes, burnin):
     config = make_config(input_shape=(3,), **changes)
     network = numpy_network(config)
+    if config.normalize_rewards:
+        assert network.reward_scale == pytest.approx(3.0, rel=1e-2)
     rng = np.random.default_rng(1)
     # Lengths around the window: shorter than the burn-in, than a window, and several.
     episodes = [

@@ -292,8 +292,11 @@ the state."""
 
 def _unroller(network: Any, config: R2D2Config) -> Unroller:
     """Runs whole sequences through `network`: an `R2D2Network` (`unroll`, the learner's
-    own call) or a one-step `Policy` (`step`: `NumpyNetwork`, `KerasPolicy`)."""
+    own call) or a one-step `Policy` (`step`: `NumpyNetwork`, `KerasPolicy`). With
+    `normalize_rewards` the previous rewards are divided by the network's reward scale,
+    as the learner and the actors divide them."""
     with_prev = config.enable_prev_action_reward
+    scale = float(getattr(network, "reward_scale", 1.0)) if config.normalize_rewards else 1.0
 
     def run_unroll(
         obs: np.ndarray,
@@ -302,7 +305,9 @@ def _unroller(network: Any, config: R2D2Config) -> Unroller:
         prev_action: np.ndarray,
         prev_reward: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
-        extra = {"prev_action": prev_action, "prev_reward": prev_reward} if with_prev else {}
+        extra = {}
+        if with_prev:
+            extra = {"prev_action": prev_action, "prev_reward": prev_reward / scale}
         q, (h, c) = network.unroll(obs, (state[:, 0], state[:, 1]), mask, **extra)
         return np.asarray(q, np.float64), np.stack([np.asarray(h), np.asarray(c)], axis=1)
 
@@ -315,7 +320,7 @@ def _unroller(network: Any, config: R2D2Config) -> Unroller:
     ) -> tuple[np.ndarray, np.ndarray]:
         outputs = []
         for t in range(obs.shape[1]):
-            extra = (prev_action[:, t], prev_reward[:, t]) if with_prev else ()
+            extra = (prev_action[:, t], prev_reward[:, t] / scale) if with_prev else ()
             q, new_state = network.step(obs[:, t], state, *extra)
             state = np.where(mask[:, t, None, None], np.asarray(new_state), state)
             outputs.append(np.asarray(q, np.float64))
@@ -341,6 +346,7 @@ def _cut(episode: RecordedEpisode, layout: SequenceLayout, config: R2D2Config) -
         priority_eta=config.priority_eta,
         rescaling=config.enable_rescaling,
         double_q=config.enable_double_dqn,
+        normalize_rewards=config.normalize_rewards,
     )
     no_q = np.zeros(config.nb_actions)  # initial priorities are not used here
     adder.add_first(episode.observations[0])
