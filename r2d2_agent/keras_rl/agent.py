@@ -331,7 +331,9 @@ class R2D2Agent(rl_core.Agent):
     def record_episodes(self, keep: int = 10, every: int = 1) -> EpisodeRecorder:
         """Keeps training episodes for `state_discrepancy`: from the next episode on, one
         out of every `every` (frames, actions, rewards and the recurrent states stored),
-        the last `keep` of them. Calling it again starts a new recorder.
+        the last `keep` of them. Calling it again starts a new recorder. The kept
+        episodes are held in memory whole: about `keep` x episode length x (frame bytes +
+        2 x lstm_units x 4) bytes.
 
         Args:
             keep: Finished episodes to keep, at least 1.
