@@ -27,8 +27,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from r2d2_agent.distributed.interfaces import KeepAliveLiveness
-from r2d2_agent.distributed.messages import ChildFailed
+from r2d2_agent.distributed.messages import ChildFailed, KeepAliveLiveness
 from r2d2_agent.distributed.mp.shared_state import Heartbeats, SharedFlag
 from r2d2_agent.distributed.process_setup import ChildSetup, Deferred, prepare_process
 

@@ -25,8 +25,12 @@ from collections import deque
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 
-from r2d2_agent.distributed.interfaces import ExperienceReceiver, ExperienceSender
-from r2d2_agent.distributed.messages import ConnectActor, Experience
+from r2d2_agent.distributed.messages import (
+    ConnectActor,
+    Experience,
+    ExperienceReceiver,
+    ExperienceSender,
+)
 from r2d2_agent.distributed.mp.bootstrap import ManagerGone
 from r2d2_agent.distributed.mp.shared_state import SharedFlag
 

@@ -19,9 +19,13 @@ from typing import Any
 import numpy as np
 import ray
 
-from r2d2_agent.distributed.interfaces import KeepAliveLiveness
 from r2d2_agent.distributed.learner_runner import LearnerRunner
-from r2d2_agent.distributed.messages import ActorSummary, Experience, LearnerSummary
+from r2d2_agent.distributed.messages import (
+    ActorSummary,
+    Experience,
+    KeepAliveLiveness,
+    LearnerSummary,
+)
 from r2d2_agent.distributed.process_setup import ChildSetup, Deferred, prepare_process
 from r2d2_agent.distributed.ray_backend.board import (
     ActorReport,
