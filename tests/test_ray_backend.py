@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -762,9 +763,14 @@ def ray_sigterm(tmp_path_factory):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="r2d2ray", dir="/tmp")
-    run = interrupt_script(_SIGTERM_SCRIPT, tmp_path, env, ready_timeout=180, sig=signal.SIGTERM)
-    time.sleep(2)  # Ray's own processes end after the driver's ray.shutdown()
-    run.left = _session_processes(run.pid)
+    try:
+        run = interrupt_script(
+            _SIGTERM_SCRIPT, tmp_path, env, ready_timeout=180, sig=signal.SIGTERM
+        )
+        time.sleep(2)  # Ray's own processes end after the driver's ray.shutdown()
+        run.left = _session_processes(run.pid)
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)  # the script's Ray session
     run.folder = tmp_path
     return run
 

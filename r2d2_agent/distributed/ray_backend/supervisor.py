@@ -11,7 +11,8 @@ restarted up to `max_actor_restarts` times; a lost learner stops the run with
 gives the workers `shutdown_timeout` seconds, kills what is left, and keeps the learner's
 final weights. SIGTERM or SIGHUP to the driver stops the run the same way (the learner
 writes its final checkpoint); Ray starts its workers in process groups of their own, so a
-signal to the driver's process group does not reach them.
+signal to the driver's process group does not reach them, and a local Ray started for the
+run starts with SIGTERM and SIGHUP blocked, so they do not tear it down either.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import math
 import os
 import re
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -231,7 +233,7 @@ class RaySupervisor(BackendSupervisor):
             else:  # a local Ray for this run
                 needed = math.ceil(self.options.cpus_needed(self.spec.nb_actors))
                 num_cpus = self.options.init_num_cpus or max(os.cpu_count() or 1, needed)
-                with _worker_niceness_zero():
+                with _worker_niceness_zero(), _stop_signals_blocked():
                     ray.init(
                         num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING
                     )
@@ -601,6 +603,23 @@ def _worker_niceness_zero() -> Iterator[None]:
     finally:
         if previous is None:
             os.environ.pop(_NICENESS_ENV, None)
+
+
+@contextlib.contextmanager
+def _stop_signals_blocked() -> Iterator[None]:
+    """Blocks SIGTERM and SIGHUP in this thread while a local Ray starts: its processes
+    (GCS, raylet, agents) inherit the mask, so a SIGTERM sent to the driver's whole process
+    group (they share it) stays pending in them instead of tearing Ray down before the
+    learner's final checkpoint; `ray.shutdown()` still ends them (SIGKILL after its grace
+    period). The driver's own handlers get any such signal when the mask is restored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _kill_worker(worker: _Worker) -> None:
