@@ -89,7 +89,7 @@ class RunOptions:
     shutdown_timeout: float = 10.0
     """Seconds the children get to stop before they are killed; a child inside a declared
     long operation (the learner writing its final checkpoint) gets more, as long as the
-    stall watchdog sees it alive."""
+    stall watchdog sees it alive (without a watchdog, as long as the operation lasts)."""
     stall_timeout: float | None = 300.0
     """Seconds without any sign of life from a child (its loop's heartbeat) before the
     watchdog takes it for frozen or deadlocked: a stalled actor is killed and restarted
