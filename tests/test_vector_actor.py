@@ -1,0 +1,325 @@
+"""Tests of acting in N envs with one batched forward pass (`R2D2VectorActor`,
+`VectorEpisodeLoop`, `ActorRunner` with `envs_per_actor`).
+
+The main check is table-driven: N envs with different episode lengths (one that ends
+every step, one that truncates, one that never ends within the test, ...) stepped by one
+vector actor must produce exactly the sequences N separate single-env actors (same seeds,
+same ε, the same deterministic weights) produce, frame for frame. Everything the network
+does not compute is compared exactly (frames, frame ids, actions, returns, masks, previous
+actions and rewards); the stored recurrent state and the initial priority come from a
+batch-N instead of a batch-1 matrix product and are compared to float32 precision.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from r2d2_agent.distributed.actor_runner import ActorRunner
+from r2d2_agent.distributed.interfaces import ExperienceSender, WeightsSubscriber
+from r2d2_agent.networks.numpy_net import NumpyNetwork, weight_layout
+from r2d2_agent.replay import SequenceRecord
+from r2d2_agent.roles import R2D2Builder
+from r2d2_agent.roles.episode_loop import EpisodeLoop
+from r2d2_agent.roles.vector_loop import (
+    EnvList,
+    GymVectorEnvBatch,
+    VectorEpisodeLoop,
+    VectorObserver,
+)
+
+FRAME = 3  # values per observation of `ScriptedEnv`
+ACTIONS = 3
+
+
+class ScriptedEnv(gym.Env):
+    """A seeded env whose episode length is set: it terminates after `terminate_at`
+    steps, or is truncated after `truncate_at` steps, or never ends (both None).
+
+    Observations depend on the seed, the step and the actions taken; rewards on the
+    action. It returns one observation buffer per episode, overwritten in place on every
+    step (as some envs do), so a frame kept without a copy would change under the actor.
+    (A new buffer per episode: Gymnasium's SAME_STEP autoreset keeps the last observation
+    of an episode by reference across the reset.)
+    """
+
+    observation_space = spaces.Box(-np.inf, np.inf, (FRAME,), np.float32)
+    action_space = spaces.Discrete(ACTIONS)
+
+    def __init__(self, terminate_at: int | None = None, truncate_at: int | None = None):
+        self.terminate_at, self.truncate_at = terminate_at, truncate_at
+        self._buffer = np.zeros(FRAME, np.float32)
+        self._rng = np.random.default_rng()
+        self._t = 0
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self._t = 0
+        self._buffer = self._rng.normal(size=FRAME).astype(np.float32)
+        return self._buffer, {}
+
+    def step(self, action):
+        self._t += 1
+        self._buffer[:] = 0.5 * self._buffer + self._rng.normal(size=FRAME) + int(action)
+        reward = float(int(action) - 1) + 0.1 * self._t
+        terminated = self.terminate_at is not None and self._t >= self.terminate_at
+        truncated = self.truncate_at is not None and self._t >= self.truncate_at
+        return self._buffer, reward, terminated, truncated, {"t": self._t}
+
+
+ENDS_EVERY_STEP = {"terminate_at": 1}
+TRUNCATES = {"truncate_at": 5}
+NEVER_ENDS: dict = {}
+ENDS_AT_7 = {"terminate_at": 7}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    envs: tuple[dict, ...]  # ScriptedEnv arguments, one per env
+    epsilons: tuple[float, ...]
+    overrides: tuple[tuple[str, object], ...] = ()  # config fields
+
+
+CASES = [
+    Case("one env", (TRUNCATES,), (0.3,)),
+    Case(
+        "ends every step, truncates, never ends",
+        (ENDS_EVERY_STEP, TRUNCATES, NEVER_ENDS),
+        (0.0, 0.2, 0.5),
+    ),
+    Case(
+        "greedy, with previous action and reward",
+        (NEVER_ENDS, ENDS_EVERY_STEP, TRUNCATES, ENDS_AT_7),
+        (0.0, 0.0, 0.0, 0.0),
+        (("enable_prev_action_reward", True),),
+    ),
+    Case(
+        "stacked frames, no LSTM",
+        (TRUNCATES, ENDS_AT_7, ENDS_EVERY_STEP, NEVER_ENDS, TRUNCATES),
+        (0.4, 0.1, 0.0, 0.3, 1.0),
+        (("input_sequence", 2), ("lstm_units", 0)),
+    ),
+]
+STEPS = 40  # steps of each env
+SEED = 11
+
+
+def _config(make_config, case: Case):
+    return make_config(
+        input_shape=(FRAME,),
+        nb_actions=ACTIONS,
+        envs_per_actor=len(case.envs),
+        sequence_period=2,
+        **dict(case.overrides),
+    )
+
+
+def _weights(config):
+    rng = np.random.default_rng(5)
+    return [rng.normal(0, 0.5, shape).astype(np.float32) for _, shape in weight_layout(config)]
+
+
+def _record_fields(records: list[SequenceRecord]):
+    return [
+        (
+            {k: v for k, v in r.fields.items() if k != "state"},
+            r.frames,
+            r.first_frame,
+            r.fields["state"],
+            r.priority,
+        )
+        for r in records
+    ]
+
+
+def _assert_same_records(got: list[SequenceRecord], want: list[SequenceRecord]) -> None:
+    assert len(got) == len(want) > 0
+    for g, w in zip(_record_fields(got), _record_fields(want), strict=True):
+        assert g[0].keys() == w[0].keys()
+        for key in g[0]:
+            np.testing.assert_array_equal(g[0][key], w[0][key], err_msg=key)
+        np.testing.assert_array_equal(g[1], w[1])  # the frames themselves
+        assert g[2] == w[2]
+        np.testing.assert_allclose(g[3], w[3], rtol=1e-5, atol=1e-6)
+        assert g[4] == pytest.approx(w[4], rel=1e-4, abs=1e-6)
+
+
+def _single_env_records(config, env_kwargs, epsilon, seed, weights):
+    """What one `R2D2Actor` in one env records over `STEPS` steps."""
+    builder = R2D2Builder(config.replace(envs_per_actor=1))
+    records: list[SequenceRecord] = []
+    actor = builder.make_actor(
+        NumpyNetwork(builder.config, weights), builder.make_adder(records.append), epsilon, seed
+    )
+    EpisodeLoop(ScriptedEnv(**env_kwargs), actor, seed=seed).run(nb_steps=STEPS)
+    actor.adder.reset()  # nothing more: the run ends mid-episode in both
+    return records
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_n_envs_record_what_n_single_env_actors_record(make_config, case):
+    config = _config(make_config, case)
+    weights = _weights(config)
+    builder = R2D2Builder(config)
+    n = len(case.envs)
+    seeds = [SEED + 100 * j for j in range(n)]
+    records: list[list[SequenceRecord]] = [[] for _ in range(n)]
+    actor = builder.make_vector_actor(
+        NumpyNetwork(config, weights),
+        [builder.make_adder(records[j].append) for j in range(n)],
+        case.epsilons,
+        seeds,
+    )
+    envs = EnvList([ScriptedEnv(**kwargs) for kwargs in case.envs])
+    totals = VectorEpisodeLoop(envs, actor, seeds=seeds).run(nb_steps=STEPS * n)
+
+    assert totals.steps == STEPS * n
+    for j in range(n):
+        want = _single_env_records(config, case.envs[j], case.epsilons[j], seeds[j], weights)
+        _assert_same_records(records[j], want)
+
+
+def test_one_batched_forward_pass_per_step(make_config):
+    case = CASES[1]
+    config = _config(make_config, case)
+    builder = R2D2Builder(config)
+    policy = NumpyNetwork(config, _weights(config))
+    batches = []
+    step = policy.step
+
+    def counting_step(obs, *args):
+        batches.append(len(obs))
+        return step(obs, *args)
+
+    policy.step = counting_step
+    actor = builder.make_vector_actor(policy, None, case.epsilons, [1, 2, 3])
+    envs = EnvList([ScriptedEnv(**kwargs) for kwargs in case.envs])
+    VectorEpisodeLoop(envs, actor, seeds=[1, 2, 3]).run(nb_steps=30)
+    assert batches == [3] * 10  # no adder: no bootstrap pass on truncation either
+
+
+class _Episodes(VectorObserver):
+    def __init__(self) -> None:
+        self.ended: list[tuple[int, int, bool]] = []  # env, episode steps, terminated
+
+    def on_env_episode_end(self, env, result):
+        self.ended.append((env, result.episode_steps, result.terminated))
+
+
+def test_an_env_that_ends_resets_alone_and_keeps_terminated_apart_from_truncated(make_config):
+    case = CASES[1]  # ends every step, truncates at 5, never ends
+    config = _config(make_config, case)
+    builder = R2D2Builder(config)
+    actor = builder.make_vector_actor(NumpyNetwork(config, _weights(config)), None, (0, 0, 0))
+    episodes = _Episodes()
+    envs = EnvList([ScriptedEnv(**kwargs) for kwargs in case.envs])
+    VectorEpisodeLoop(envs, actor, observers=[episodes]).run(nb_steps=3 * 10)
+    assert [e for e in episodes.ended if e[0] == 0] == [(0, 1, True)] * 10
+    assert [e for e in episodes.ended if e[0] == 1] == [(1, 5, False)] * 2
+    assert [e for e in episodes.ended if e[0] == 2] == []
+
+
+# --------------------------------------------------------------- Gymnasium vector envs --
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_a_gymnasium_vector_env_records_what_a_list_of_envs_records(make_config, mode):
+    case = CASES[1]
+    config = _config(make_config, case)
+    weights = _weights(config)
+    builder = R2D2Builder(config)
+    n, seeds = len(case.envs), [3, 4, 5]
+
+    def run(envs):
+        records: list[list[SequenceRecord]] = [[] for _ in range(n)]
+        actor = builder.make_vector_actor(
+            NumpyNetwork(config, weights),
+            [builder.make_adder(records[j].append) for j in range(n)],
+            case.epsilons,
+            seeds,
+        )
+        VectorEpisodeLoop(envs, actor, seeds=seeds).run(nb_steps=STEPS * n)
+        return records
+
+    vector = gym.vector.SyncVectorEnv(
+        [functools.partial(ScriptedEnv, **kwargs) for kwargs in case.envs],
+        copy=False,  # hands out its own buffer: the actor must copy
+        autoreset_mode=gym.vector.AutoresetMode(mode),
+    )
+    got = run(GymVectorEnvBatch(vector))
+    want = run(EnvList([ScriptedEnv(**kwargs) for kwargs in case.envs]))
+    vector.close()
+    for j in range(n):
+        _assert_same_records(got[j], want[j])
+
+
+# --------------------------------------------------------------------- the runner --------
+class _ListSender(ExperienceSender):
+    def __init__(self) -> None:
+        self.items: list = []
+
+    def send(self, items, timeout=None):
+        self.items.extend(items)
+        return True
+
+
+class _FixedWeights(WeightsSubscriber):
+    def __init__(self, weights) -> None:
+        self._weights, self._pulled = weights, False
+
+    @property
+    def version(self) -> int:
+        return 1
+
+    def pull_if_newer(self):
+        if self._pulled:
+            return None
+        self._pulled = True
+        return self._weights
+
+
+def test_an_actor_runner_of_n_envs_sends_each_env_on_its_own_stream(make_config):
+    case = CASES[1]
+    config = _config(make_config, case)
+    weights = _weights(config)
+    n = len(case.envs)
+    sender = _ListSender()
+    runner = ActorRunner(
+        2,
+        R2D2Builder(config),
+        [ScriptedEnv(**kwargs) for kwargs in case.envs],
+        sender,
+        _FixedWeights(weights),
+        epsilon=case.epsilons,
+        seed=SEED,
+        stream=2,
+    )
+    runner.run(lambda: runner.steps >= STEPS * n)
+
+    assert runner.steps == STEPS * n
+    # Every env step is counted once in the experience (the learner's rate limit), up to
+    # the steps after each env's last sequence.
+    assert 0 < sum(item.env_steps for item in sender.items) <= runner.steps
+    assert runner.episodes == STEPS + STEPS // 5  # env 0 every step, env 1 every 5
+    for j in range(n):
+        got = [item.record for item in sender.items if item.stream == 2 * n + j]
+        want = _single_env_records(config, case.envs[j], case.epsilons[j], SEED + j, weights)
+        _assert_same_records(got, want)
+
+
+def test_an_actor_runner_refuses_a_wrong_number_of_envs(make_config):
+    config = make_config(envs_per_actor=2)
+    with pytest.raises(ValueError, match="1 envs, but envs_per_actor=2"):
+        ActorRunner(
+            0, R2D2Builder(config), gym.make("CartPole-v1"), _ListSender(), None, epsilon=0.1
+        )
+
+
+def test_envs_per_actor_is_validated(make_config):
+    with pytest.raises(ValueError, match="envs_per_actor must be an int >= 1, got 0"):
+        make_config(envs_per_actor=0)
