@@ -323,3 +323,35 @@ def test_an_actor_runner_refuses_a_wrong_number_of_envs(make_config):
 def test_envs_per_actor_is_validated(make_config):
     with pytest.raises(ValueError, match="envs_per_actor must be an int >= 1, got 0"):
         make_config(envs_per_actor=0)
+
+
+# ---------------------------------------------------------------- manager runs (spawn) --
+CARTPOLE = functools.partial(gym.make, "CartPole-v1")
+CARTPOLE_VEC3 = functools.partial(
+    gym.make_vec, "CartPole-v1", num_envs=3, vectorization_mode="sync"
+)
+
+
+def test_a_vector_env_of_another_size_is_rejected_in_the_parent(make_config, no_leftovers):
+    from r2d2_agent.distributed import R2D2Manager
+
+    with pytest.raises(ValueError, match="vector env of 3 envs, but envs_per_actor=2"):
+        R2D2Manager(CARTPOLE_VEC3, make_config(envs_per_actor=2))
+
+
+@pytest.mark.parametrize(
+    "factory", [CARTPOLE, CARTPOLE_VEC3], ids=["three env factory calls", "a vector env"]
+)
+def test_a_manager_actor_steps_its_envs_and_counts_all_their_steps(
+    make_config, factory, no_leftovers
+):
+    from r2d2_agent.distributed import R2D2Manager
+
+    config = make_config(envs_per_actor=3, memory_capacity=200, actor_sync_interval=50)
+    with R2D2Manager(factory, config, actor_num=1, progress=False) as manager:
+        result = manager.train(nb_steps=600, max_seconds=150)
+    assert result.stop_reason == "nb_steps"
+    assert 600 <= result.env_steps <= 600 + 3 - 1  # checked before each step of 3 envs
+    assert result.actor_env_steps == [result.env_steps]
+    assert result.sequences_received > 0 and result.learner_updates > 0
+    assert len(result.episode_returns[0]) >= 3  # CartPole episodes of all three envs
