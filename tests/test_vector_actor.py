@@ -355,3 +355,94 @@ def test_a_manager_actor_steps_its_envs_and_counts_all_their_steps(
     assert result.actor_env_steps == [result.env_steps]
     assert result.sequences_received > 0 and result.learner_updates > 0
     assert len(result.episode_returns[0]) >= 3  # CartPole episodes of all three envs
+
+
+# ------------------------------------------------------- seeds, ε and streams of a run --
+def test_the_ape_x_schedule_spreads_over_all_actors_envs(make_config):
+    from r2d2_agent.distributed.spec import RunSpec
+    from r2d2_agent.math import apex_epsilon
+
+    config = make_config(envs_per_actor=3, epsilon=0.4, epsilon_alpha=7.0)
+    spec = RunSpec(CARTPOLE, R2D2Builder(config), nb_actors=2)
+    rates = spec.actor_epsilon(0) + spec.actor_epsilon(1)
+    assert rates == tuple(apex_epsilon(i, 6, 0.4, 7.0) for i in range(6))
+    assert rates[0] == pytest.approx(0.4) and rates[-1] == pytest.approx(0.4**8)
+
+
+def test_every_env_of_every_actor_gets_its_own_seed_and_stream(make_config):
+    from r2d2_agent.distributed.spec import RunSpec
+
+    config = make_config(envs_per_actor=3, seed=10)
+    spec = RunSpec(CARTPOLE, R2D2Builder(config), nb_actors=2)
+    seeds = [spec.actor_seed(i, r) + j for r in (0, 1) for i in (0, 1) for j in range(3)]
+    streams = [spec.actor_stream(i, r) * 3 + j for r in (0, 1) for i in (0, 1) for j in range(3)]
+    assert seeds == list(range(10, 22))  # restarts continue past the first incarnations
+    assert streams == list(range(12))
+
+
+def test_one_env_per_actor_keeps_the_seeds_and_rates_of_before(make_config):
+    from r2d2_agent.distributed.spec import RunSpec
+
+    spec = RunSpec(CARTPOLE, R2D2Builder(make_config(seed=10)), nb_actors=4)
+    assert [spec.actor_seed(i, 0) for i in range(4)] == [10, 11, 12, 13]
+    assert [spec.actor_seed(i, 1) for i in range(4)] == [14, 15, 16, 17]
+    builder = spec.builder
+    assert [spec.actor_epsilon(i) for i in range(4)] == [
+        (builder.actor_epsilon(i, 4),) for i in range(4)
+    ]
+
+
+def test_each_env_anneals_its_epsilon_over_its_own_env_steps(make_config):
+    from r2d2_agent.math import annealed_epsilon
+
+    config = make_config(
+        input_shape=(FRAME,),
+        nb_actions=ACTIONS,
+        envs_per_actor=4,
+        epsilon_start=1.0,
+        epsilon_anneal_steps=100,
+    )
+    runner = ActorRunner(
+        0,
+        R2D2Builder(config),
+        [ScriptedEnv(**NEVER_ENDS) for _ in range(4)],
+        _ListSender(),
+        _FixedWeights(_weights(config)),
+        epsilon=(0.4, 0.3, 0.2, 0.1),
+        seed=0,
+    )
+    assert runner.epsilons == (1.0, 1.0, 1.0, 1.0)
+    runner.run(lambda: runner.steps >= 200)  # 50 steps of each env
+    assert runner.epsilons == pytest.approx(
+        [annealed_epsilon(1.0, final, 100, 50) for final in (0.4, 0.3, 0.2, 0.1)]
+    )
+
+
+def test_an_async_vector_env_records_what_a_list_of_envs_records(make_config):
+    case = CASES[1]
+    config = _config(make_config, case)
+    weights = _weights(config)
+    builder = R2D2Builder(config)
+    n, seeds = len(case.envs), [3, 4, 5]
+
+    def run(envs):
+        records: list[list[SequenceRecord]] = [[] for _ in range(n)]
+        actor = builder.make_vector_actor(
+            NumpyNetwork(config, weights),
+            [builder.make_adder(records[j].append) for j in range(n)],
+            case.epsilons,
+            seeds,
+        )
+        VectorEpisodeLoop(envs, actor, seeds=seeds).run(nb_steps=20 * n)
+        return records
+
+    vector = gym.vector.AsyncVectorEnv(
+        [functools.partial(ScriptedEnv, **kwargs) for kwargs in case.envs], context="fork"
+    )
+    try:
+        got = run(GymVectorEnvBatch(vector))
+    finally:
+        vector.close()
+    want = run(EnvList([ScriptedEnv(**kwargs) for kwargs in case.envs]))
+    for j in range(n):
+        _assert_same_records(got[j], want[j])
