@@ -85,6 +85,7 @@ class Case:
     envs: tuple[dict, ...]  # ScriptedEnv arguments, one per env
     epsilons: tuple[float, ...]
     overrides: tuple[tuple[str, object], ...] = ()  # config fields
+    policy: str = "numpy"  # or "keras" (`KerasPolicy`, a compiled tf.function)
 
 
 CASES = [
@@ -105,6 +106,13 @@ CASES = [
         (TRUNCATES, ENDS_AT_7, ENDS_EVERY_STEP, NEVER_ENDS, TRUNCATES),
         (0.4, 0.1, 0.0, 0.3, 1.0),
         (("input_sequence", 2), ("lstm_units", 0)),
+    ),
+    Case(
+        "Keras policy",
+        (ENDS_EVERY_STEP, TRUNCATES, NEVER_ENDS),
+        (0.0, 0.2, 0.5),
+        (("enable_prev_action_reward", True),),
+        policy="keras",
     ),
 ]
 STEPS = 40  # steps of each env
@@ -151,12 +159,22 @@ def _assert_same_records(got: list[SequenceRecord], want: list[SequenceRecord]) 
         assert g[4] == pytest.approx(w[4], rel=1e-4, abs=1e-6)
 
 
-def _single_env_records(config, env_kwargs, epsilon, seed, weights):
+def _policy(config, weights, kind: str = "numpy"):
+    if kind == "numpy":
+        return NumpyNetwork(config, weights)
+    from r2d2_agent.networks.policies import KerasPolicy
+
+    policy = KerasPolicy(config)
+    policy.set_weights(weights)
+    return policy
+
+
+def _single_env_records(config, env_kwargs, epsilon, seed, weights, kind="numpy"):
     """What one `R2D2Actor` in one env records over `STEPS` steps."""
     builder = R2D2Builder(config.replace(envs_per_actor=1))
     records: list[SequenceRecord] = []
     actor = builder.make_actor(
-        NumpyNetwork(builder.config, weights), builder.make_adder(records.append), epsilon, seed
+        _policy(builder.config, weights, kind), builder.make_adder(records.append), epsilon, seed
     )
     EpisodeLoop(ScriptedEnv(**env_kwargs), actor, seed=seed).run(nb_steps=STEPS)
     actor.adder.reset()  # nothing more: the run ends mid-episode in both
@@ -172,7 +190,7 @@ def test_n_envs_record_what_n_single_env_actors_record(make_config, case):
     seeds = [SEED + 100 * j for j in range(n)]
     records: list[list[SequenceRecord]] = [[] for _ in range(n)]
     actor = builder.make_vector_actor(
-        NumpyNetwork(config, weights),
+        _policy(config, weights, case.policy),
         [builder.make_adder(records[j].append) for j in range(n)],
         case.epsilons,
         seeds,
@@ -182,7 +200,9 @@ def test_n_envs_record_what_n_single_env_actors_record(make_config, case):
 
     assert totals.steps == STEPS * n
     for j in range(n):
-        want = _single_env_records(config, case.envs[j], case.epsilons[j], seeds[j], weights)
+        want = _single_env_records(
+            config, case.envs[j], case.epsilons[j], seeds[j], weights, case.policy
+        )
         _assert_same_records(records[j], want)
 
 
