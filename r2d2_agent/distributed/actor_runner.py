@@ -65,7 +65,8 @@ class ActorRunner(VectorObserver):
             rate over `config.epsilon_anneal_steps` of its env steps (the actor's env steps
             over N).
         seed: Env `j` is seeded with `seed + j` (its first reset and its exploration).
-        send_batch_size: Items gathered before one `send` (also sent at episode ends).
+        send_batch_size: Items gathered before one `send` (also sent after a step in
+            which an episode ended).
         progress: Optional progress sink.
         callbacks: Callbacks whose `on_r2d2_actor_*` hooks run here.
         stream: Tells this actor's frames apart from other actors' in the learner (unique
@@ -138,6 +139,7 @@ class ActorRunner(VectorObserver):
         self._steps_unsent = 0
         self._steps_since_sync = 0
         self._refused = False  # the sender refused: the run is stopping
+        self._episode_ended = False  # an env's episode ended in this step
 
     @property
     def policy(self) -> Any:
@@ -205,13 +207,16 @@ class ActorRunner(VectorObserver):
             self.progress.on_steps(self.steps)
             self.progress.on_episode(result.episode_return, result.episode_steps)
         call_hooks(self.callbacks, "on_r2d2_actor_episode_end", self.index, self, result)
-        self._flush()
+        self._episode_ended = True
 
     def on_step_end(self) -> None:
         self._anneal_epsilon()
         if self.progress is not None:
             self.progress.on_steps(self.steps)
-        if len(self._pending) >= self.send_batch_size:
+        # One send per step at most: at an episode end (its last sequences go at once) or
+        # once a batch is gathered.
+        if self._episode_ended or len(self._pending) >= self.send_batch_size:
+            self._episode_ended = False
             self._flush()
 
     def should_stop(self) -> bool:
