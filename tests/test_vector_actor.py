@@ -466,3 +466,14 @@ def test_an_async_vector_env_records_what_a_list_of_envs_records(make_config):
     want = run(EnvList([ScriptedEnv(**kwargs) for kwargs in case.envs]))
     for j in range(n):
         _assert_same_records(got[j], want[j])
+
+
+def test_evaluate_asks_for_an_env_when_the_factory_makes_vector_envs(make_config, no_leftovers):
+    from r2d2_agent.distributed import R2D2Manager
+
+    config = make_config(envs_per_actor=3)
+    manager = R2D2Manager(CARTPOLE_VEC3, config)
+    weights = [np.zeros(shape, np.float32) for _, shape in weight_layout(config)]
+    with pytest.raises(ValueError, match="pass evaluate\\(env=...\\)"):
+        manager.evaluate(1, weights=weights)
+    assert len(manager.evaluate(1, env=gym.make("CartPole-v1"), weights=weights)) == 1
