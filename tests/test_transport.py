@@ -1,5 +1,5 @@
 """Tests of the multiprocessing implementations of the transport interfaces
-(`r2d2_agent.distributed.interfaces`).
+(`r2d2_agent.distributed.messages`).
 
 The shared-memory weights channel (`r2d2_agent.distributed.mp.weights_channel`), the
 per-actor experience pipes (`r2d2_agent.distributed.mp.pipes`), the stop flag and run
@@ -19,13 +19,14 @@ import time
 import numpy as np
 import pytest
 
-from r2d2_agent.distributed.interfaces import (
+from r2d2_agent.distributed.messages import (
+    ConnectActor,
+    Experience,
     ExperienceReceiver,
     ExperienceSender,
     WeightsPublisher,
     WeightsSubscriber,
 )
-from r2d2_agent.distributed.messages import ConnectActor, Experience
 from r2d2_agent.distributed.mp.pipes import PipeExperienceReceiver, PipeExperienceSender
 from r2d2_agent.distributed.mp.shared_state import RunCounters, SharedFlag
 from r2d2_agent.distributed.mp.shared_weights import WeightsSpec

@@ -21,7 +21,7 @@ import pytest
 from gymnasium import spaces
 
 from r2d2_agent.distributed.actor_runner import ActorRunner
-from r2d2_agent.distributed.interfaces import ExperienceSender, WeightsSubscriber
+from r2d2_agent.distributed.messages import ExperienceSender, WeightsSubscriber
 from r2d2_agent.networks.numpy_net import NumpyNetwork, weight_layout
 from r2d2_agent.replay import SequenceRecord
 from r2d2_agent.roles import R2D2Builder
@@ -108,6 +108,12 @@ CASES = [
         (("input_sequence", 2), ("lstm_units", 0)),
     ),
     Case(
+        "normalised rewards, with previous action and reward",
+        (TRUNCATES, NEVER_ENDS, ENDS_EVERY_STEP),
+        (0.1, 0.0, 0.3),
+        (("enable_prev_action_reward", True), ("normalize_rewards", True)),
+    ),
+    Case(
         "Keras policy",
         (ENDS_EVERY_STEP, TRUNCATES, NEVER_ENDS),
         (0.0, 0.2, 0.5),
@@ -131,7 +137,11 @@ def _config(make_config, case: Case):
 
 def _weights(config):
     rng = np.random.default_rng(5)
-    return [rng.normal(0, 0.5, shape).astype(np.float32) for _, shape in weight_layout(config)]
+    stats = {"reward_statistics/count": 10.0, "reward_statistics/mean_square": 4.0}  # scale 2
+    return [
+        np.array(stats[name]) if name in stats else rng.normal(0, 0.5, shape).astype(np.float32)
+        for name, shape in weight_layout(config)
+    ]
 
 
 def _record_fields(records: list[SequenceRecord]):

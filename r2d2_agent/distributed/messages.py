@@ -6,12 +6,23 @@ Events (child -> parent): `WeightsLayout`, `EpisodeFinished`, `ChildFailed`,
 Control (parent -> learner): `WeightsSegment`, `ConnectActor`.
 
 A backend dispatches on the message's type, never on a string tag.
+
+Channels: the actor and learner loops (`actor_runner`, `learner_runner`) see a transport
+through four narrow interfaces only. An actor uses `ExperienceSender.send(items)` and
+`WeightsSubscriber.pull_if_newer()`; the learner uses
+`ExperienceReceiver.receive(max_items, timeout)` and `WeightsPublisher.publish(arrays)`.
+A backend (multiprocessing in `r2d2_agent.distributed.mp`, Ray in
+`r2d2_agent.distributed.ray_backend`, or another one) provides these four.
 """
 
 from __future__ import annotations
 
+import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from r2d2_agent.replay.adder import SequenceRecord
 
@@ -25,10 +36,14 @@ __all__ = [
     "ConnectActor",
     "EpisodeFinished",
     "Experience",
+    "ExperienceReceiver",
+    "ExperienceSender",
     "LearnerSummary",
     "StopRequested",
     "WeightsLayout",
+    "WeightsPublisher",
     "WeightsSegment",
+    "WeightsSubscriber",
 ]
 
 
@@ -152,3 +167,63 @@ class ConnectActor:
 
     index: int
     connection: Any
+
+
+class ExperienceSender(abc.ABC):
+    """Actor side of the experience channel."""
+
+    @abc.abstractmethod
+    def send(self, items: list[Experience], timeout: float | None = None) -> bool:
+        """Sends a small batch of items, blocking while the channel is full.
+
+        Args:
+            items: The items to send.
+            timeout: Seconds to wait for room; None waits until the run stops.
+
+        Returns:
+            True once enqueued; False if the run is stopping (nothing is sent then).
+
+        Raises:
+            TimeoutError: Still full after `timeout` seconds.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Releases the sender's resources."""
+
+
+class ExperienceReceiver(abc.ABC):
+    """Learner side of the experience channel."""
+
+    @abc.abstractmethod
+    def receive(self, max_items: int, timeout: float) -> list[Experience]:
+        """Waits up to `timeout` seconds for the first item, then drains up to `max_items`."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Releases the receiver's resources."""
+
+
+class WeightsPublisher(abc.ABC):
+    """Learner side of the weights channel."""
+
+    @abc.abstractmethod
+    def publish(self, arrays: Sequence[np.ndarray]) -> int:
+        """Makes `arrays` the current weights; returns the new version (1, 2, ...)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Releases the publisher's resources."""
+
+
+class WeightsSubscriber(abc.ABC):
+    """Actor side of the weights channel."""
+
+    @property
+    @abc.abstractmethod
+    def version(self) -> int:
+        """Version of the weights last returned by `pull_if_newer` (0: none yet)."""
+
+    @abc.abstractmethod
+    def pull_if_newer(self) -> list[np.ndarray] | None:
+        """Returns the latest weights if newer than `version`, else None."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Releases the subscriber's resources."""

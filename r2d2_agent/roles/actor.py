@@ -107,14 +107,19 @@ class R2D2Actor:
         Returns:
             `(stacked, state, prev_action, prev_reward)`: the stacked frames
             `(input_sequence, *frame)`, the recurrent state `(2, lstm_units)`, the
-            previous action (-1: none) and reward.
+            previous action (-1: none) and reward (as the network takes it).
 
         Raises:
             RuntimeError: Before `observe_first`.
         """
         if not self.episode_started:
             raise RuntimeError("call observe_first(observation) before select_action()")
-        return self.stacked_observation(), self._state[0], self._prev_action, self._prev_reward
+        return (
+            self.stacked_observation(),
+            self._state[0],
+            self._prev_action,
+            self._prev_reward_input(),
+        )
 
     def observe(
         self, action: int, reward: float, next_observation: Any, terminated: bool, truncated: bool
@@ -153,15 +158,24 @@ class R2D2Actor:
 
     def _policy_step(self, stacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One policy step from the current state (with the previous action and reward
-        when the network takes them)."""
+        when the network takes them; the reward divided by the policy's reward scale with
+        `normalize_rewards`, as the learner divides it)."""
         if not self.config.enable_prev_action_reward:
             return self.policy.step(stacked[None], self._state)
         return self.policy.step(
             stacked[None],
             self._state,
             np.array([self._prev_action], np.int32),
-            np.array([self._prev_reward], np.float32),
+            np.array([self._prev_reward_input()], np.float32),
         )
+
+    def _prev_reward_input(self) -> float:
+        """The previous reward as the network takes it: divided by the policy's reward
+        scale with `normalize_rewards`, as the learner divides it."""
+        reward = self._prev_reward
+        if self.config.normalize_rewards:
+            reward /= self.policy.reward_scale
+        return reward
 
     def stacked_observation(self) -> np.ndarray:
         """The current network input, shape (input_sequence, *frame)."""

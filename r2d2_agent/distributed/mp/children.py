@@ -16,9 +16,9 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from r2d2_agent.distributed.errors import R2D2ProcessError, describe_exit
 from r2d2_agent.distributed.messages import ActorSummary, LearnerSummary
 from r2d2_agent.distributed.mp.bootstrap import ChildSetup, run_child
+from r2d2_agent.distributed.reports import R2D2ProcessError, describe_exit
 
 __all__ = ["ChildProcess", "child_error", "sigint_deferred", "spawn_child", "terminate"]
 

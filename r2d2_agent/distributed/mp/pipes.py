@@ -22,8 +22,12 @@ from collections import deque
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 
-from r2d2_agent.distributed.interfaces import ExperienceReceiver, ExperienceSender
-from r2d2_agent.distributed.messages import ConnectActor, Experience
+from r2d2_agent.distributed.messages import (
+    ConnectActor,
+    Experience,
+    ExperienceReceiver,
+    ExperienceSender,
+)
 from r2d2_agent.distributed.mp.shared_state import SharedFlag
 
 __all__ = ["PipeExperienceReceiver", "PipeExperienceSender"]

@@ -31,7 +31,6 @@ from ray.exceptions import RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from r2d2_agent.checkpoints import TrainingState
-from r2d2_agent.distributed.errors import R2D2ProcessError
 from r2d2_agent.distributed.process_setup import ChildSetup, Deferred
 from r2d2_agent.distributed.ray_backend.board import BoardSnapshot, RunBoard
 from r2d2_agent.distributed.ray_backend.options import RayOptions
@@ -41,7 +40,7 @@ from r2d2_agent.distributed.ray_backend.workers import (
     LearnerWorker,
     WorkerPlace,
 )
-from r2d2_agent.distributed.reports import Progress
+from r2d2_agent.distributed.reports import Progress, R2D2ProcessError
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec, TrainLimits
 from r2d2_agent.distributed.supervision import BackendSupervisor
 
