@@ -143,6 +143,11 @@ BLOCKS = [
         replace=(("range(10_000)", "range(200)"),),
     ),
     Declared("PrioritizedSequenceReplay(1_000", "agent"),
+    Declared(
+        "agent.record_episodes(keep=80",  # the recurrent-state diagnostic
+        "agent",
+        replace=(("nb_steps=25_000", "nb_steps=300"),),
+    ),
 ]
 
 PRELUDE = {
