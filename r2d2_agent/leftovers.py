@@ -52,7 +52,7 @@ import re
 import secrets
 import socket
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
     "SHM_DIR",
@@ -293,18 +293,26 @@ def _log_removed(removed: Sequence[Leftover]) -> None:
         )
 
 
-def reclaim_segments(shm_dir: str = SHM_DIR) -> list[Leftover]:
-    """Removes the shared-memory segments of dead owners (logged); returns them."""
-    removed = remove_leftovers(find_segments(shm_dir))
+def _reclaim(find: Callable[[], list[Leftover]], where: str) -> list[Leftover]:
+    """Removes what `find` finds of dead owners, logging each; a failure to look (a file
+    system that refuses) is logged and never stops the caller's run."""
+    try:
+        removed = remove_leftovers(find())
+    except (OSError, ValueError) as exc:
+        logger.warning("could not look for leftovers of killed runs in %s: %s", where, exc)
+        return []
     _log_removed(removed)
     return removed
+
+
+def reclaim_segments(shm_dir: str = SHM_DIR) -> list[Leftover]:
+    """Removes the shared-memory segments of dead owners (logged); returns them."""
+    return _reclaim(lambda: find_segments(shm_dir), shm_dir)
 
 
 def reclaim_temp_files(directory: str | os.PathLike[str]) -> list[Leftover]:
     """Removes the checkpoint temp files of dead writers in `directory` (logged)."""
-    removed = remove_leftovers(find_temp_files(directory))
-    _log_removed(removed)
-    return removed
+    return _reclaim(lambda: find_temp_files(directory), os.fspath(directory))
 
 
 # The command ------------------------------------------------------------------------------
