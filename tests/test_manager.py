@@ -25,6 +25,7 @@ from interrupting import interrupt_script
 
 from r2d2_agent.config import InputType
 from r2d2_agent.distributed import R2D2Manager, R2D2ProcessError, TrainResult, describe_exit
+from r2d2_agent.distributed.supervision import stop_signals
 from r2d2_agent.networks.numpy_net import weight_layout
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -542,6 +543,117 @@ def test_ctrl_c_leaves_no_shared_memory_segment(ctrl_c):
 
 def test_ctrl_c_prints_no_traceback(ctrl_c):
     assert "Traceback" not in ctrl_c.stderr
+
+
+# ----------------------------------------------------------------- SIGTERM ---------
+_SIGTERM_SCRIPT = textwrap.dedent("""
+    import functools, json, multiprocessing, os, signal, sys
+    import gymnasium as gym
+    from r2d2_agent.callbacks import CheckpointCallback
+    from r2d2_agent.config import R2D2Config
+    from r2d2_agent.distributed import R2D2Manager
+
+    def main():
+        config = R2D2Config(input_shape=(4,), nb_actions=2, lstm_units=16, dense_units=16,
+                            burnin=2, input_length=4, multisteps=2, batch_size=4,
+                            memory_capacity=200, memory_warmup=200, seed=0)
+        checkpoints = CheckpointCallback("ckpt", interval=10**9, save_at_end=True)
+        manager = R2D2Manager(functools.partial(gym.make, "CartPole-v1"), config,
+                              actor_num=2, callbacks=[checkpoints], progress=False)
+        ready = {}
+
+        def on_progress(p):
+            if not ready and p.weights_version >= 1 and min(p.actor_env_steps) > 0:
+                ready.update(pids=[*p.actor_pids, p.learner_pid])
+                print("READY " + json.dumps(ready), flush=True)
+
+        result = manager.train(max_seconds=120, on_progress=on_progress)
+        print("RESULT " + json.dumps({
+            "reason": result.stop_reason, "detail": result.stop_detail,
+            "interrupted": result.interrupted, "steps": result.env_steps,
+            "updates": result.learner_updates,
+            "weights": manager.latest_weights() is not None,
+            "checkpoints": sorted(os.listdir("ckpt")) if os.path.isdir("ckpt") else [],
+            "handler_restored": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+            "tf": "tensorflow" in sys.modules,
+            "children": len(multiprocessing.active_children())}), flush=True)
+
+    if __name__ == "__main__":
+        main()
+""")
+
+
+@pytest.fixture(scope="module")
+def sigterm(tmp_path_factory, shm_segments):
+    """A two-actor run with a `CheckpointCallback` (saves only at the end) in a script of
+    its own, sent SIGTERM to its whole process group (as `docker stop`, systemd or Slurm
+    do) once both actors stepped and weights were published."""
+    tmp_path = tmp_path_factory.mktemp("sigterm")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    run = interrupt_script(_SIGTERM_SCRIPT, tmp_path, env, sig=signal.SIGTERM)
+    run.live_children = [pid for pid in run.ready["pids"] if os.path.exists(f"/proc/{pid}")]
+    run.segments = shm_segments(run.pid)
+    run.folder = tmp_path
+    return run
+
+
+def test_sigterm_stops_the_run_with_its_own_stop_reason(sigterm):
+    result = sigterm.result
+    assert result["reason"] == "sigterm" and result["interrupted"] is True
+    assert "SIGTERM" in result["detail"] and result["steps"] > 0
+
+
+def test_sigterm_lets_the_learner_write_its_final_checkpoint(sigterm):
+    from r2d2_agent.checkpoints import read_checkpoint
+
+    files = sigterm.result["checkpoints"]
+    assert len(files) == 1 and files[0].endswith(".h5")  # the save at the end only
+    state = read_checkpoint(sigterm.folder / "ckpt" / files[0])
+    assert state.counters.learner_updates == sigterm.result["updates"]
+    assert 0 < state.counters.env_steps <= sigterm.result["steps"]
+
+
+def test_sigterm_lets_the_script_exit_normally_and_keeps_the_weights(sigterm):
+    assert sigterm.exitcode == 0 and sigterm.result["weights"] is True
+
+
+def test_sigterm_handler_is_restored_when_train_returns(sigterm):
+    assert sigterm.result["handler_restored"] is True
+
+
+def test_sigterm_leaves_no_child_process_and_no_segment(sigterm):
+    assert sigterm.result["children"] == 0 and sigterm.live_children == []
+    assert sigterm.segments == []
+
+
+def test_sigterm_prints_no_traceback(sigterm):
+    assert "Traceback" not in sigterm.stderr, sigterm.stderr[-3000:]
+
+
+def test_stop_signals_turn_sighup_into_a_call_and_restore_the_handler():
+    got: list = []
+    before = signal.getsignal(signal.SIGHUP)
+    with stop_signals(got.append):
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.05)  # Python runs the handler between two bytecodes
+    assert got == [signal.SIGHUP]
+    assert signal.getsignal(signal.SIGHUP) == before
+
+
+def test_stop_signals_install_nothing_outside_the_main_thread():
+    import threading
+
+    before = signal.getsignal(signal.SIGTERM)
+    seen: list = []
+
+    def body():
+        with stop_signals(print):
+            seen.append(signal.getsignal(signal.SIGTERM))
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert seen == [before]
 
 
 # ----------------------------------------------------------------- learning --------

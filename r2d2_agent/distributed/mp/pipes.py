@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection, wait
 
 from r2d2_agent.distributed.interfaces import ExperienceReceiver, ExperienceSender
 from r2d2_agent.distributed.messages import ConnectActor, Experience
+from r2d2_agent.distributed.mp.bootstrap import ManagerGone
 from r2d2_agent.distributed.mp.shared_state import SharedFlag
 
 __all__ = ["PipeExperienceReceiver", "PipeExperienceSender"]
@@ -138,7 +139,7 @@ class PipeExperienceReceiver(ExperienceReceiver):
             try:
                 message = conn.recv()
             except (EOFError, OSError) as exc:
-                raise RuntimeError("the manager's control pipe closed: manager gone") from exc
+                raise ManagerGone("the manager's control pipe closed: manager gone") from exc
             if not isinstance(message, ConnectActor):
                 raise RuntimeError(f"unexpected control message {message!r}")
             self.add_connection(message.connection)

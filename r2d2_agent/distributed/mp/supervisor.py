@@ -3,9 +3,9 @@ stop the child processes.
 
 The parent waits on every child's process sentinel and event pipe at once
 (`multiprocessing.connection.wait`), so a death is seen within one poll (0.1 s). Shutdown
-(normal, on error or on Ctrl-C) raises the stop flag, gives the children
-`shutdown_timeout` seconds, terminates then kills stragglers, reads the final weights from
-shared memory, closes every pipe and unlinks the segment, whatever happened before.
+(normal, on error, on Ctrl-C, SIGTERM or SIGHUP) raises the stop flag, gives the children
+`shutdown_timeout` seconds, kills stragglers, reads the final weights from shared memory,
+closes every pipe and unlinks the segment, whatever happened before.
 Before the learner starts, the segments of runs that were killed (SIGKILL, their resource
 tracker with them) are removed: `r2d2_agent.leftovers` checks that their owner is dead.
 Starting and stopping one process is `children`; what the run reports is

@@ -9,7 +9,9 @@ worker that raised or whose process or node was lost is seen at that poll. An ac
 restarted up to `max_actor_restarts` times; a lost learner stops the run with
 `R2D2ProcessError` holding the remote traceback. Shutdown raises the board's stop flag,
 gives the workers `shutdown_timeout` seconds, kills what is left, and keeps the learner's
-final weights.
+final weights. SIGTERM or SIGHUP to the driver stops the run the same way (the learner
+writes its final checkpoint); Ray starts its workers in process groups of their own, so a
+signal to the driver's process group does not reach them.
 """
 
 from __future__ import annotations
@@ -141,9 +143,14 @@ class RaySupervisor(BackendSupervisor):
 
     # Public ----------------------------------------------------------------------------
 
-    def _start(self) -> None:
+    def _prepare(self) -> None:
+        # Before the run's SIGTERM/SIGHUP handlers: a local Ray started here installs its
+        # own SIGTERM handler in the driver (stop everything and exit), which the run's
+        # handlers then replace while the run lasts.
         self._connect()
         self._check_resources()
+
+    def _start(self) -> None:
         self._start_board()
         self._start_learner()
         for i in range(self.spec.nb_actors):
