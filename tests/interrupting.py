@@ -107,3 +107,43 @@ def interrupt_script(
         pid=proc.pid,
         seconds=seconds,
     )
+
+
+def run_script(
+    text: str,
+    folder: pathlib.Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> SimpleNamespace:
+    """Runs `text` as `folder/run_manager.py` in a session of its own until it exits.
+
+    A script still running after `timeout` seconds is killed with its group, and the
+    assertion says so with its stderr. Segments of a manager killed by a signal are
+    removed.
+
+    Returns:
+        `exitcode`, `stdout` and `stderr` (text) and `pid`.
+    """
+    script = folder / "run_manager.py"
+    script.write_text(text)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=folder,
+        start_new_session=True,
+        preexec_fn=_default_sigint,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        message = f"the script still ran after {timeout} s; stderr:\n{stderr[-3000:]}"
+        raise AssertionError(message) from None
+    finally:
+        if proc.returncode is not None and proc.returncode < 0:
+            _unlink_segments_of(proc.pid)
+    return SimpleNamespace(exitcode=proc.returncode, stdout=stdout, stderr=stderr, pid=proc.pid)

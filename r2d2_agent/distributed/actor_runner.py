@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from r2d2_agent.distributed.interfaces import ExperienceSender, WeightsSubscriber
+from r2d2_agent.distributed.interfaces import ExperienceSender, Liveness, WeightsSubscriber
 from r2d2_agent.distributed.messages import Experience
 from r2d2_agent.distributed.timing import TimeSplit
 from r2d2_agent.math import annealed_epsilon
@@ -65,6 +65,9 @@ class ActorRunner(EpisodeObserver):
         initial_steps: Env steps this actor index took before (a restarted or resumed
             actor continues its count).
         initial_episodes: Episodes it finished before.
+        liveness: Shows the backend's stall watchdog that the actor is alive: a beat per
+            env step and while it waits for weights; callback hooks and sends held by
+            back-pressure (the learner may be busy writing a checkpoint) run as busy.
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class ActorRunner(EpisodeObserver):
         stream: int = 0,
         initial_steps: int = 0,
         initial_episodes: int = 0,
+        liveness: Liveness | None = None,
     ) -> None:
         self.index = index
         self.config = builder.config
@@ -94,6 +98,7 @@ class ActorRunner(EpisodeObserver):
         self.progress = progress
         self.callbacks = tuple(callbacks)
         self.stream = stream
+        self.liveness = liveness or Liveness()
         adder = builder.make_adder(self._collect)
         self.final_epsilon = float(epsilon)
         self.actor = builder.make_actor(builder.make_policy(), adder, epsilon, seed)
@@ -143,7 +148,8 @@ class ActorRunner(EpisodeObserver):
         """
         metrics = MetricLogger(self.callbacks, f"actor-{self.index}", self._metric_counts)
         bind_metric_logger(self.callbacks, metrics)
-        call_hooks(self.callbacks, "on_r2d2_actor_begin", self.index, self)
+        with self.liveness.busy("on_r2d2_actor_begin"):
+            call_hooks(self.callbacks, "on_r2d2_actor_begin", self.index, self)
         self.time.start()
         with self.time.measure("waiting_for_weights"):
             started = self._wait_for_first_weights(should_stop)
@@ -153,7 +159,8 @@ class ActorRunner(EpisodeObserver):
             if not self._refused:
                 self._flush()
         self.time.stop()
-        call_hooks(self.callbacks, "on_r2d2_actor_end", self.index, self)
+        with self.liveness.busy("on_r2d2_actor_end"):
+            call_hooks(self.callbacks, "on_r2d2_actor_end", self.index, self)
 
     # EpisodeObserver hooks -----------------------------------------------------------
 
@@ -164,6 +171,7 @@ class ActorRunner(EpisodeObserver):
             self._steps_since_sync = 0
 
     def on_step_end(self, episode_step: int, transition: Transition) -> None:
+        self.liveness.beat()
         self.steps += 1
         self._anneal_epsilon()
         self._steps_unsent += 1
@@ -177,7 +185,9 @@ class ActorRunner(EpisodeObserver):
         self.episodes += 1
         if self.progress is not None:
             self.progress.on_episode(result.episode_return, result.episode_steps)
-        call_hooks(self.callbacks, "on_r2d2_actor_episode_end", self.index, self, result)
+        if self.callbacks:
+            with self.liveness.busy("on_r2d2_actor_episode_end"):
+                call_hooks(self.callbacks, "on_r2d2_actor_episode_end", self.index, self, result)
         self._flush()
 
     def should_stop(self) -> bool:
@@ -201,8 +211,8 @@ class ActorRunner(EpisodeObserver):
             return
         items = self._pending
         self._pending = []
-        with self.time.measure("sending"):
-            accepted = self.sender.send(items)
+        with self.time.measure("sending"), self.liveness.busy("sending"):
+            accepted = self.sender.send(items)  # held while the learner is busy
         if accepted:
             self.items_sent += len(items)
         else:
@@ -220,6 +230,7 @@ class ActorRunner(EpisodeObserver):
     def _wait_for_first_weights(self, should_stop: Callable[[], bool]) -> bool:
         """Waits for the first published weights; False if the run stops first."""
         while not self._pull_weights():
+            self.liveness.beat()
             if self.subscriber.version > 0:  # taken before this call
                 return True
             if should_stop():

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import signal
 
-__all__ = ["R2D2ProcessError", "describe_exit"]
+__all__ = ["MAIN_GUARD_HINT", "R2D2ProcessError", "describe_exit"]
+
+MAIN_GUARD_HINT = (
+    "spawned processes import your main module, so the code that starts training must run "
+    'under `if __name__ == "__main__":`; add that guard to your script'
+)
+"""What to do when a child failed while importing the main module."""
 
 
 class R2D2ProcessError(RuntimeError):

@@ -4,19 +4,46 @@ An actor uses `ExperienceSender.send(items)` and `WeightsSubscriber.pull_if_newe
 learner uses `ExperienceReceiver.receive(max_items, timeout)` and
 `WeightsPublisher.publish(arrays)`. The loops in `actor_runner` and `learner_runner` see
 nothing else, so a backend (multiprocessing in `r2d2_agent.distributed.mp`, or another
-one) only provides these four.
+one) only provides these four, and optionally a `Liveness` for its stall watchdog.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from r2d2_agent.distributed.messages import Experience
 
-__all__ = ["ExperienceReceiver", "ExperienceSender", "WeightsPublisher", "WeightsSubscriber"]
+__all__ = [
+    "ExperienceReceiver",
+    "ExperienceSender",
+    "Liveness",
+    "WeightsPublisher",
+    "WeightsSubscriber",
+]
+
+
+class Liveness:
+    """How a loop shows its supervisor's stall watchdog that it is alive.
+
+    The loops call `beat()` once per iteration (an env step, a learner iteration, a wait
+    for weights) and run operations that may legitimately take long (the first trace of
+    the update graph, callback hooks such as a checkpoint writing the replay, a send held
+    by back-pressure) inside `busy(what)`, during which the backend beats on the loop's
+    behalf from another thread. A process frozen as a whole (SIGSTOP) stops both; a loop
+    stuck outside `busy` stops beating. This base class does nothing (no watchdog).
+    """
+
+    def beat(self) -> None:
+        """A sign of life of the loop."""
+
+    @contextlib.contextmanager
+    def busy(self, what: str) -> Iterator[None]:
+        """Meanwhile the loop may be silent (`what` names the operation, for logs)."""
+        yield
 
 
 class ExperienceSender(abc.ABC):

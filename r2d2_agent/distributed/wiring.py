@@ -18,6 +18,7 @@ from r2d2_agent.distributed.actor_runner import ActorProgress, ActorRunner
 from r2d2_agent.distributed.interfaces import (
     ExperienceReceiver,
     ExperienceSender,
+    Liveness,
     WeightsPublisher,
     WeightsSubscriber,
 )
@@ -54,6 +55,7 @@ def make_actor_runner(
     *,
     initial_steps: int,
     initial_episodes: int,
+    liveness: Liveness | None = None,
 ) -> ActorRunner:
     """The `ActorRunner` of actor `start.index`.
 
@@ -65,6 +67,8 @@ def make_actor_runner(
         progress: Where it reports steps and episodes.
         initial_steps: Env steps this actor index took before (restarts, resumed runs).
         initial_episodes: Episodes it finished before.
+        liveness: How it shows the backend's stall watchdog it is alive (None: no
+            watchdog).
     """
     spec = start.spec
     return ActorRunner(
@@ -81,6 +85,7 @@ def make_actor_runner(
         stream=start.stream,
         initial_steps=initial_steps,
         initial_episodes=initial_episodes,
+        liveness=liveness,
     )
 
 
@@ -90,9 +95,11 @@ def make_learner_runner(
     receiver: ExperienceReceiver,
     publisher: WeightsPublisher,
     progress: LearnerProgress,
+    *,
+    liveness: Liveness | None = None,
 ) -> LearnerRunner:
     """The `LearnerRunner` of the run, with the run's publish interval, rate limit and
-    update budget."""
+    update budget (`liveness`: how it shows the backend's stall watchdog it is alive)."""
     spec = start.spec
     return LearnerRunner(
         learner,
@@ -104,6 +111,7 @@ def make_learner_runner(
         nb_trains=start.nb_trains,
         callbacks=spec.callbacks,
         progress=progress,
+        liveness=liveness,
     )
 
 

@@ -18,17 +18,20 @@ Nothing here imports TensorFlow at module level.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
+from r2d2_agent.distributed.interfaces import Liveness
 from r2d2_agent.distributed.messages import ChildFailed
-from r2d2_agent.distributed.mp.shared_state import SharedFlag
+from r2d2_agent.distributed.mp.shared_state import Heartbeats, SharedFlag
 from r2d2_agent.distributed.process_setup import ChildSetup, Deferred, prepare_process
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "Deferred",
     "ManagerGone",
     "ParentWatch",
+    "Pulse",
     "bootstrap",
     "run_child",
 ]
@@ -109,15 +113,81 @@ def bootstrap(setup: ChildSetup, parent: int | None = None) -> None:
     prepare_process(setup)
 
 
-def run_child(main: Callable[..., None], setup: ChildSetup, events: Connection, *args: Any) -> None:
-    """Process target: `bootstrap`, then `main(events, *args)`; errors go to `events`.
+class Pulse(Liveness):
+    """A child's `Liveness` for the parent's stall watchdog: beats in its `Heartbeats` slot.
 
+    `beat()` counts one sign of life. Inside `busy(what)` (nested freely) the slot is
+    marked busy and a daemon keep-alive thread beats every `interval` seconds, so a long
+    legitimate operation is not taken for a stall, while a process frozen as a whole
+    (SIGSTOP) stops beating at once.
+
+    Args:
+        heartbeats: The run's heartbeats.
+        slot: This child's slot.
+        interval: Seconds between the keep-alive thread's beats.
+    """
+
+    def __init__(self, heartbeats: Heartbeats, slot: int, interval: float = 0.5) -> None:
+        self._heartbeats = heartbeats
+        self._slot = slot
+        self._interval = interval
+        self._depth = 0
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_depth": 0, "_thread": None}
+
+    def beat(self) -> None:
+        self._heartbeats.beat(self._slot)
+
+    @contextlib.contextmanager
+    def busy(self, what: str) -> Iterator[None]:
+        self._depth += 1
+        if self._depth == 1:
+            self._heartbeats.set_busy(self._slot, True)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._keep_alive, name="r2d2-keep-alive", daemon=True
+                )
+                self._thread.start()
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._heartbeats.set_busy(self._slot, False)
+            self.beat()
+
+    def _keep_alive(self) -> None:
+        while True:
+            time.sleep(self._interval)
+            if self._depth > 0:
+                self.beat()
+
+
+def run_child(
+    main: Callable[..., None],
+    setup: ChildSetup,
+    events: Connection,
+    pulse: Pulse | None,
+    *args: Any,
+) -> None:
+    """Process target: `bootstrap`, then `main(events, *args)` (with `pulse=pulse` when a
+    pulse is given); errors go to `events`.
+
+    The start-up (bootstrap: TensorFlow's import) counts as busy for the stall watchdog.
     If the manager died, the child exits with code 0 after one log line instead.
     """
     parent = os.getppid()
     try:
-        bootstrap(setup, parent)
-        main(events, *args)
+        if pulse is None:
+            bootstrap(setup, parent)
+            main(events, *args)
+        else:
+            pulse.beat()  # the first sign of life: the child's own code started
+            with pulse.busy("start-up"):
+                bootstrap(setup, parent)
+            main(events, *args, pulse=pulse)
     except BaseException as exc:
         if _manager_is_gone(parent, exc):
             _report_manager_gone(parent)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
@@ -19,7 +20,12 @@ from typing import Any
 
 from r2d2_agent.distributed.errors import R2D2ProcessError, describe_exit
 from r2d2_agent.distributed.messages import ActorSummary, LearnerSummary
-from r2d2_agent.distributed.mp.bootstrap import CHILD_IGNORED_SIGNALS, ChildSetup, run_child
+from r2d2_agent.distributed.mp.bootstrap import (
+    CHILD_IGNORED_SIGNALS,
+    ChildSetup,
+    Pulse,
+    run_child,
+)
 
 __all__ = ["ChildProcess", "child_error", "signals_deferred", "spawn_child", "terminate"]
 
@@ -35,6 +41,12 @@ class ChildProcess:
         error: The traceback the child sent, if any.
         summary: What the child reported when it stopped normally.
         exited: Whether the parent has seen the child exit.
+        beats: The child's heartbeat count when the parent last saw it change.
+        last_sign_of_life: `time.monotonic()` when the parent last saw it change (or
+            started the child).
+        stalled_for: Seconds the child had been silent when the watchdog killed it
+            (None: not killed as stalled).
+        steps_at_start: An actor's env-step count when it (re)started.
     """
 
     def __init__(self, role: str, index: int | None, process: Any, events: Connection) -> None:
@@ -45,6 +57,10 @@ class ChildProcess:
         self.error: str | None = None
         self.summary: ActorSummary | LearnerSummary | None = None
         self.exited = False
+        self.beats = 0
+        self.last_sign_of_life = time.monotonic()
+        self.stalled_for: float | None = None
+        self.steps_at_start = 0
 
     @property
     def name(self) -> str:
@@ -59,8 +75,9 @@ def spawn_child(
     setup: ChildSetup,
     main: Callable[..., None],
     *args: Any,
+    pulse: Pulse | None = None,
 ) -> ChildProcess:
-    """Starts `run_child(main, setup, events, *args)` in a new process.
+    """Starts `run_child(main, setup, events, pulse, *args)` in a new process.
 
     Args:
         ctx: The multiprocessing context.
@@ -69,13 +86,15 @@ def spawn_child(
         setup: How the child prepares itself.
         main: The child's main function (`actor_main`, `learner_main`).
         *args: `main`'s arguments after the event pipe.
+        pulse: The child's heartbeat (then `main` gets it as `pulse=`); None: no
+            watchdog.
 
     Returns:
         The started child, holding the read end of its event pipe.
     """
     events_r, events_w = ctx.Pipe(duplex=False)
     name = "r2d2-learner" if index is None else f"r2d2-actor-{index}"
-    process = ctx.Process(target=run_child, name=name, args=(main, setup, events_w, *args))
+    process = ctx.Process(target=run_child, name=name, args=(main, setup, events_w, pulse, *args))
     try:
         with signals_deferred():  # the child starts with the stop signals blocked
             process.start()
@@ -87,13 +106,20 @@ def spawn_child(
     return ChildProcess(role, index, process, events_r)
 
 
-def child_error(child: ChildProcess, what: str, code: int | None) -> R2D2ProcessError:
-    """The error to raise for `child`: `what`, its exit status and its traceback."""
-    detail = (
-        f"\n--- traceback from the {child.name} process ---\n{child.error.rstrip()}"
-        if child.error
-        else " (no traceback: the process was killed or crashed hard)"
-    )
+def child_error(
+    child: ChildProcess,
+    what: str,
+    code: int | None,
+    without_traceback: str = "no traceback: the process was killed or crashed hard",
+) -> R2D2ProcessError:
+    """The error to raise for `child`: `what`, its exit status and its traceback (or, if
+    it sent none, `without_traceback`)."""
+    if child.error:
+        detail = f"\n--- traceback from the {child.name} process ---\n{child.error.rstrip()}"
+    elif child.stalled_for is not None:
+        detail = " (killed by the stall watchdog)"
+    else:
+        detail = f" ({without_traceback})"
     return R2D2ProcessError(
         f"{what} ({describe_exit(code)}){detail}", child.role, child.index, code, child.error
     )
