@@ -26,11 +26,15 @@ times the time down: steps not made), their sum `env_steps_lost`, and the segmen
 temp files the faulted run left (before the next run starts, and after it did). At the
 end: every checkpoint file loadable, the segments of every run and the temp files in the
 checkpoint directory left (0 expected), processes left, and a greedy evaluation of the
-final weights (10 episodes; solved at a mean >= 475).
+final weights (10 episodes; solved at a mean >= 475). Greedy evaluations every
+`--eval-interval` env steps along the way (in the run's parent, numpy policy) tell when
+CartPole was first solved and how often it stayed so; `--no-faults` is the control, the
+same run without any fault.
 
 Usage::
 
     nice -n 5 python benchmarks/chaos.py                 # 10 minutes, the RESULTS.md run
+    nice -n 5 python benchmarks/chaos.py --no-faults     # the control
     python benchmarks/chaos.py --minutes 2               # run_all's quick pass
 """
 
@@ -104,9 +108,14 @@ def child(args: argparse.Namespace) -> int:
         progress=False,
         **kwargs,
     )
-    last = [0.0]
+    last, next_eval = [0.0], [0]
 
     def on_progress(p) -> None:
+        if p.env_steps >= next_eval[0] and p.weights_version > 0:  # numpy policy, no TF here
+            if next_eval[0] > 0:
+                returns = manager.evaluate(10, seed=10_000)
+                _emit("EVAL", {"env_steps": p.env_steps, "mean": statistics.mean(returns)})
+            next_eval[0] = (p.env_steps // args.eval_interval + 1) * args.eval_interval
         now = time.monotonic()
         if now - last[0] >= 0.2:
             last[0] = now
@@ -161,6 +170,8 @@ class Run:
             str(args.checkpoint_interval),
             "--stall-timeout",
             str(args.stall_timeout),
+            "--eval-interval",
+            str(args.eval_interval),
             "--evaluate",
         ]
         if resume:
@@ -175,6 +186,7 @@ class Run:
             )  # fmt: skip
         self.started = time.monotonic()
         self.progress: list[tuple[float, dict]] = []
+        self.evals: list[dict] = []
         self.result: dict | None = None
         self.error: dict | None = None
         self.pids: set[int] = set()
@@ -188,6 +200,8 @@ class Run:
                 data = json.loads(text)
                 self.progress.append((time.monotonic(), data))
                 self.pids.update(p for p in [data["learner_pid"], *data["actor_pids"]] if p)
+            elif kind == "EVAL":
+                self.evals.append(json.loads(text))
             elif kind == "RESULT":
                 self.result = json.loads(text)
             elif kind == "ERROR":
@@ -219,7 +233,7 @@ class Run:
             time.sleep(0.05)
         return None
 
-    def rate(self, key=lambda p: p["env_steps"], window: float = 10.0) -> float:
+    def rate(self, key=lambda p: p["env_steps"], window: float = 30.0) -> float:
         """Env steps per second over the last `window` seconds of progress."""
         if len(self.progress) < 2:
             return 0.0
@@ -269,6 +283,7 @@ class Chaos:
         self.report = {
             **report_header("chaos"),
             "minutes": args.minutes,
+            "no_faults": args.no_faults,
             "seed": args.seed,
             "stall_argument": stall_argument(),
             "stall_timeout_s": args.stall_timeout,
@@ -396,7 +411,7 @@ class Chaos:
     def run(self) -> dict:
         os.makedirs(self.args.checkpoints, exist_ok=True)
         run = self.start_run(resume=False)
-        for fraction, fault, argument in SCHEDULE:
+        for fraction, fault, argument in () if self.args.no_faults else SCHEDULE:
             record = {"fault": fault}
             if fault == "learner_sigstop" and stall_argument() is None:
                 record["skipped"] = "R2D2Manager has no stall-timeout argument"
@@ -434,6 +449,15 @@ class Chaos:
         every_pid = set().union(*(r.pids for r in self.runs))
         left = _leftovers(ckdir, {r.pid for r in self.runs})
         returns = (last.result or {}).get("eval_returns")
+        evals = [(e["env_steps"], round(e["mean"], 1)) for r in self.runs for e in r.evals]
+        first = next((i for i, (_, mean) in enumerate(evals) if mean >= SOLVED), None)
+        report.update(
+            evals_during=evals,
+            first_solved_env_steps=None if first is None else evals[first][0],
+            evals_solved_after_first=None
+            if first is None
+            else f"{sum(mean >= SOLVED for _, mean in evals[first:])} of {len(evals) - first}",
+        )
         report.update(
             faults_injected=len(injected),
             faults_recovered=sum(bool(f.get("recovered")) for f in injected),
@@ -460,10 +484,16 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the chaos run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--stall-timeout", type=float, default=20.0, help="the manager's, in seconds"
+        "--stall-timeout", type=float, default=30.0, help="the manager's, in seconds"
     )
     parser.add_argument(
         "--checkpoint-interval", type=int, default=100, help="learner updates between saves"
+    )
+    parser.add_argument(
+        "--eval-interval", type=int, default=5_000, help="env steps between greedy evaluations"
+    )
+    parser.add_argument(
+        "--no-faults", action="store_true", help="the control: the same run, no fault injected"
     )
     parser.add_argument("--workdir", default=None, help="where checkpoints and logs go")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
