@@ -614,7 +614,7 @@ def unguarded(tmp_path_factory):
 def test_script_without_the_main_guard_gets_an_error_saying_to_add_it(unguarded):
     assert unguarded.exitcode == 1
     last = unguarded.stderr.strip().splitlines()[-1]
-    assert last.startswith("r2d2_agent.distributed.errors.R2D2ProcessError: the learner")
+    assert last.startswith("r2d2_agent.distributed.reports.R2D2ProcessError: the learner")
     assert 'if __name__ == "__main__":' in last and "add that guard" in last
 
 

@@ -186,6 +186,20 @@ def test_board_passes_stop_requests_to_the_driver_once():
     assert board.snapshot().stop_requests == ()
 
 
+def test_board_tells_the_driver_each_workers_silence_and_who_is_busy():
+    board = RunBoard((0,), (0,))
+    board.actor_report(ActorReport(0, 5, 0))
+    board.set_busy("learner", True)  # its keep-alive thread then sends heartbeats
+    board.heartbeat("learner")
+    snap = board.snapshot()
+    silences = dict(snap.silent_for)
+    assert set(silences) == {"actor 0", "learner"}
+    assert all(0.0 <= seconds < 60.0 for seconds in silences.values())
+    assert snap.busy == ("learner",)
+    board.set_busy("learner", False)
+    assert board.snapshot().busy == ()
+
+
 def _items(n: int, start: int = 0) -> list[Experience]:
     return [Experience(record=None, env_steps=i, stream=0) for i in range(start, start + n)]
 
@@ -445,6 +459,71 @@ def test_ray_killed_learner_is_detected_within_ten_seconds(killed_learner):
 
 def test_ray_killed_learner_leaves_no_ray_actor_behind(killed_learner):
     assert killed_learner.cpus_freed
+
+
+RAY_STALL_TIMEOUT = 5.0
+
+
+class SlowLearnerBegin:
+    """Long legitimate work in a learner hook (as a checkpoint writing a replay)."""
+
+    def on_r2d2_learner_begin(self, learner):
+        time.sleep(1.5 * RAY_STALL_TIMEOUT)
+
+
+def _stalled_learner(cluster, config):
+    """One actor; the learner spends 1.5 stall timeouts in its begin hook, then is frozen
+    with SIGSTOP once weights were published and 100 env steps taken."""
+    ray.init(address=cluster.address)
+    frozen: dict = {}
+    try:
+        manager = R2D2Manager(
+            CARTPOLE,
+            config,
+            actor_num=1,
+            backend="ray",
+            callbacks=[SlowLearnerBegin()],
+            stall_timeout=RAY_STALL_TIMEOUT,
+            progress=False,
+        )
+
+        def on_progress(p):
+            if not frozen and p.weights_version >= 1 and p.env_steps >= 100 and p.learner_pid:
+                os.kill(p.learner_pid, signal.SIGSTOP)
+                frozen.update(pid=p.learner_pid, at=time.monotonic())
+
+        with pytest.raises(R2D2ProcessError) as error:
+            manager.train(max_seconds=240, on_progress=on_progress)
+        return SimpleNamespace(
+            error=error.value,
+            frozen=frozen,
+            seconds=time.monotonic() - frozen.get("at", 0.0),
+            cpus_freed=_free_cpus_come_back(),
+            learner_alive=bool(frozen) and os.path.exists(f"/proc/{frozen['pid']}"),
+        )
+    finally:
+        if frozen and os.path.exists(f"/proc/{frozen['pid']}"):  # a failed test: no stopped
+            os.kill(frozen["pid"], signal.SIGKILL)  # process stays behind
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def stalled_learner(cluster, run_config):
+    return _stalled_learner(cluster, run_config(**NO_TRAINING))
+
+
+def test_ray_frozen_learner_stops_the_run_naming_it_after_long_legitimate_work(
+    stalled_learner,
+):
+    error = stalled_learner.error
+    assert stalled_learner.frozen  # frozen after its begin hook outlasted the timeout
+    assert error.role == "learner" and "learner stalled: no sign of life for" in str(error)
+    assert f"stall_timeout={RAY_STALL_TIMEOUT:g} s" in str(error)
+    assert stalled_learner.seconds < RAY_STALL_TIMEOUT + 20  # noticed, not hanging
+
+
+def test_ray_frozen_learner_is_killed_leaving_no_ray_actor(stalled_learner):
+    assert stalled_learner.cpus_freed and not stalled_learner.learner_alive
 
 
 def _checkpointed_then_resumed(cluster, config, directory):

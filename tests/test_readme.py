@@ -144,6 +144,11 @@ BLOCKS = [
     ),
     Declared("PrioritizedSequenceReplay(1_000", "agent"),
     Declared(
+        "agent.record_episodes(keep=80",  # the recurrent-state diagnostic
+        "agent",
+        replace=(("nb_steps=25_000", "nb_steps=300"),),
+    ),
+    Declared(
         "r2d2-leftovers --remove runs/x/checkpoints",
         "leftovers",
         replace=(("r2d2-leftovers", "python -m r2d2_agent.leftovers"),),

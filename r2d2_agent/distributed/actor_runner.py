@@ -13,9 +13,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from r2d2_agent.distributed.interfaces import ExperienceSender, Liveness, WeightsSubscriber
-from r2d2_agent.distributed.messages import Experience
-from r2d2_agent.distributed.timing import TimeSplit
+from r2d2_agent.distributed.messages import (
+    Experience,
+    ExperienceSender,
+    Liveness,
+    WeightsSubscriber,
+)
+from r2d2_agent.distributed.reports import TimeSplit
 from r2d2_agent.math import annealed_epsilon
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.roles.builder import R2D2Builder

@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from r2d2_agent.distributed.interfaces import ExperienceReceiver, Liveness, WeightsPublisher
-from r2d2_agent.distributed.messages import Experience
-from r2d2_agent.distributed.timing import TimeSplit
+from r2d2_agent.distributed.messages import (
+    Experience,
+    ExperienceReceiver,
+    Liveness,
+    WeightsPublisher,
+)
+from r2d2_agent.distributed.reports import TimeSplit
 from r2d2_agent.roles.hooks import MetricLogger, bind_metric_logger, call_hooks
 
 __all__ = ["LearnerProgress", "LearnerRunner", "RateLimiter"]

@@ -31,10 +31,9 @@ import numpy as np
 
 from r2d2_agent.checkpoints import check_compatible, read_checkpoint
 from r2d2_agent.config import R2D2Config
-from r2d2_agent.distributed.errors import MAIN_GUARD_HINT
 from r2d2_agent.distributed.mp.supervisor import Supervisor
 from r2d2_agent.distributed.ray_backend import RayOptions, require_ray
-from r2d2_agent.distributed.reports import Progress, TrainResult
+from r2d2_agent.distributed.reports import MAIN_GUARD_HINT, Progress, TrainResult
 from r2d2_agent.distributed.spec import RunOptions, RunSpec, TrainLimits
 from r2d2_agent.envs.checks import check_env_matches_config, check_env_reset
 from r2d2_agent.replay.sizing import check_replay_fits

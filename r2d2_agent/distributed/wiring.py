@@ -15,15 +15,16 @@ import sys
 from typing import Any
 
 from r2d2_agent.distributed.actor_runner import ActorProgress, ActorRunner
-from r2d2_agent.distributed.interfaces import (
+from r2d2_agent.distributed.learner_runner import LearnerProgress, LearnerRunner
+from r2d2_agent.distributed.messages import (
+    ActorSummary,
     ExperienceReceiver,
     ExperienceSender,
+    LearnerSummary,
     Liveness,
     WeightsPublisher,
     WeightsSubscriber,
 )
-from r2d2_agent.distributed.learner_runner import LearnerProgress, LearnerRunner
-from r2d2_agent.distributed.messages import ActorSummary, LearnerSummary
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart
 
 __all__ = [

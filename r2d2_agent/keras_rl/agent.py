@@ -27,13 +27,18 @@ from r2d2_agent.config import R2D2Config
 from r2d2_agent.envs.checks import check_env_matches_config
 from r2d2_agent.envs.gymnasium_env import GymnasiumEnv, as_keras_rl_env
 from r2d2_agent.image_models import ImageModel
-from r2d2_agent.math import annealed_epsilon, inverse_rescale
-from r2d2_agent.networks.weights_io import save_weights_atomic
+from r2d2_agent.math import annealed_epsilon
 from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeObserver, EpisodeResult, Transition
 from r2d2_agent.roles.learner import METRIC_NAMES
-from r2d2_agent.roles.prediction import Prediction, RecurrentState, recurrent_step
+from r2d2_agent.roles.prediction import (
+    Prediction,
+    RecurrentState,
+    q_in_return_units,
+    recurrent_step,
+)
+from r2d2_agent.roles.state_discrepancy import EpisodeRecorder, StateDiscrepancy
 
 __all__ = ["R2D2Agent"]
 
@@ -97,6 +102,8 @@ class R2D2Agent(rl_core.Agent):
         self._metrics = [float("nan")] * len(METRIC_NAMES)
         self._acting_updates = self.learner.updates  # learner updates the acting weights have
         self._predict_rng = np.random.default_rng(config.seed)
+        self.recorder: EpisodeRecorder | None = None
+        """What `record_episodes` keeps of the training episodes (None: nothing)."""
 
     # keras-rl Agent API --------------------------------------------------------------
 
@@ -230,7 +237,8 @@ class R2D2Agent(rl_core.Agent):
         self._steps_since_sync = 0
 
     def compute_q_values(self, observation: Any) -> np.ndarray:
-        """Q-values of one observation in return units, from the agent's own recurrent state.
+        """Q-values of one observation in return units (h⁻¹ applied when rescaling, times
+        the reward scale with `normalize_rewards`), from the agent's own recurrent state.
 
         That state is the one of the episode the agent is in: the training actor's during
         and after `fit` (where its last step left it), the evaluation actor's otherwise
@@ -239,8 +247,10 @@ class R2D2Agent(rl_core.Agent):
         `reset_states()`. The recurrent state and the frame stack are not advanced. To
         pass the state yourself, use `predict`.
         """
-        q = self.active_actor.q_values(observation)
-        return inverse_rescale(q) if self.config.enable_rescaling else q
+        actor = self.active_actor
+        return q_in_return_units(
+            self.config, actor.q_values(observation), actor.policy.reward_scale
+        )
 
     def predict(
         self,
@@ -311,13 +321,60 @@ class R2D2Agent(rl_core.Agent):
             None if start else state,
             0.0 if reward is None else float(reward),
         )
-        if self.config.enable_rescaling:
-            q = inverse_rescale(q)
+        q = q_in_return_units(self.config, q, self.active_actor.policy.reward_scale)
         if epsilon > 0.0 and self._predict_rng.random() < epsilon:
             action = int(self._predict_rng.integers(self.config.nb_actions))
         else:
             action = int(np.argmax(q))
         return Prediction(action, q, RecurrentState(lstm, frames, action))
+
+    def record_episodes(self, keep: int = 10, every: int = 1) -> EpisodeRecorder:
+        """Keeps training episodes for `state_discrepancy`: from the next episode on, one
+        out of every `every` (frames, actions, rewards and the recurrent states stored),
+        the last `keep` of them. Calling it again starts a new recorder. The kept
+        episodes are held in memory whole: about `keep` x episode length x (frame bytes +
+        2 x lstm_units x 4) bytes.
+
+        Args:
+            keep: Finished episodes to keep, at least 1.
+            every: Record one episode out of this many, at least 1.
+
+        Returns:
+            The `EpisodeRecorder` (also `self.recorder`), a tee on the training adder.
+
+        Raises:
+            ValueError: If `keep` or `every` is not an int >= 1.
+        """
+        self.recorder = EpisodeRecorder(self.adder, keep, every)
+        self.actor.adder = self.recorder
+        return self.recorder
+
+    def state_discrepancy(
+        self, burnin: int | None = None, episodes: Any = None, **kwargs: Any
+    ) -> StateDiscrepancy:
+        """Is burn-in long enough? The Q-value discrepancy between replayed and true
+        recurrent states by step of the trained window (Kapturowski et al. 2019, Fig. 1),
+        for the learner's current network (`R2D2Learner.state_discrepancy`).
+
+        Args:
+            burnin: Burn-in steps to measure; `config.burnin` when None.
+            episodes: `RecordedEpisode`s; the recorder's (`record_episodes`) when None.
+            **kwargs: As for `r2d2_agent.roles.state_discrepancy.state_discrepancy`.
+
+        Returns:
+            A `StateDiscrepancy` (`r2d2_agent.plot.plot_state_discrepancy` draws it).
+
+        Raises:
+            RuntimeError: Without episodes: call `record_episodes` before `fit`.
+        """
+        if episodes is None:
+            if self.recorder is None or not self.recorder.episodes:
+                raise RuntimeError(
+                    "no recorded episode: call agent.record_episodes(keep, every) before "
+                    "fit(), or pass episodes="
+                )
+            episodes = self.recorder.episodes
+        return self.learner.state_discrepancy(episodes, burnin, **kwargs)
 
     def load_weights(self, filepath: str) -> None:
         """Loads HDF5 weights into the online and target networks and the actor.
@@ -395,7 +452,7 @@ class R2D2Agent(rl_core.Agent):
         Raises:
             FileExistsError: If `filepath` exists and `overwrite` is False.
         """
-        save_weights_atomic(self.learner.online.model, filepath, overwrite)
+        self.learner.save_weights(filepath, overwrite)
 
     # Loops ---------------------------------------------------------------------------
 

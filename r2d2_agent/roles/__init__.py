@@ -7,6 +7,8 @@
 * `EpisodeLoop`: the one episode loop, used by actors, evaluation and `R2D2Agent.fit`.
 * `RecurrentState`, `recurrent_step`: acting from a state passed in and returned
   (`R2D2Agent.predict`).
+* `EpisodeRecorder`, `StateDiscrepancy`: the recurrent-state diagnostic (is burn-in long
+  enough?) on recorded episodes (`roles.state_discrepancy`, `R2D2Agent.state_discrepancy`).
 
 None of them knows whether it runs in one process, several, or on a cluster.
 """
@@ -26,16 +28,24 @@ from r2d2_agent.roles.episode_loop import (
     play_episodes,
 )
 from r2d2_agent.roles.prediction import Prediction, RecurrentState, recurrent_step
+from r2d2_agent.roles.state_discrepancy import (
+    EpisodeRecorder,
+    RecordedEpisode,
+    StateDiscrepancy,
+)
 
 __all__ = [
     "EpisodeLoop",
+    "EpisodeRecorder",
     "EpisodeObserver",
     "EpisodeResult",
     "Prediction",
     "R2D2Actor",
     "R2D2Builder",
     "R2D2Learner",
+    "RecordedEpisode",
     "RecurrentState",
+    "StateDiscrepancy",
     "Transition",
     "play_episodes",
     "recurrent_step",

@@ -18,19 +18,16 @@ Nothing here imports TensorFlow at module level.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
-import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from r2d2_agent.distributed.interfaces import Liveness
-from r2d2_agent.distributed.messages import ChildFailed
+from r2d2_agent.distributed.messages import ChildFailed, KeepAliveLiveness
 from r2d2_agent.distributed.mp.shared_state import Heartbeats, SharedFlag
 from r2d2_agent.distributed.process_setup import ChildSetup, Deferred, prepare_process
 
@@ -113,13 +110,11 @@ def bootstrap(setup: ChildSetup, parent: int | None = None) -> None:
     prepare_process(setup)
 
 
-class Pulse(Liveness):
+class Pulse(KeepAliveLiveness):
     """A child's `Liveness` for the parent's stall watchdog: beats in its `Heartbeats` slot.
 
-    `beat()` counts one sign of life. Inside `busy(what)` (nested freely) the slot is
-    marked busy and a daemon keep-alive thread beats every `interval` seconds, so a long
-    legitimate operation is not taken for a stall, while a process frozen as a whole
-    (SIGSTOP) stops beating at once.
+    `beat()` counts one sign of life. Inside `busy(what)` the slot is marked busy and the
+    keep-alive thread beats every `interval` seconds (see `KeepAliveLiveness`).
 
     Args:
         heartbeats: The run's heartbeats.
@@ -128,41 +123,15 @@ class Pulse(Liveness):
     """
 
     def __init__(self, heartbeats: Heartbeats, slot: int, interval: float = 0.5) -> None:
+        super().__init__(interval)
         self._heartbeats = heartbeats
         self._slot = slot
-        self._interval = interval
-        self._depth = 0
-        self._thread: threading.Thread | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_depth": 0, "_thread": None}
 
     def beat(self) -> None:
         self._heartbeats.beat(self._slot)
 
-    @contextlib.contextmanager
-    def busy(self, what: str) -> Iterator[None]:
-        self._depth += 1
-        if self._depth == 1:
-            self._heartbeats.set_busy(self._slot, True)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._keep_alive, name="r2d2-keep-alive", daemon=True
-                )
-                self._thread.start()
-        try:
-            yield
-        finally:
-            self._depth -= 1
-            if self._depth == 0:
-                self._heartbeats.set_busy(self._slot, False)
-            self.beat()
-
-    def _keep_alive(self) -> None:
-        while True:
-            time.sleep(self._interval)
-            if self._depth > 0:
-                self.beat()
+    def set_busy(self, busy: bool) -> None:
+        self._heartbeats.set_busy(self._slot, busy)
 
 
 def run_child(

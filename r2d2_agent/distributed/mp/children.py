@@ -18,7 +18,6 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from r2d2_agent.distributed.errors import R2D2ProcessError, describe_exit
 from r2d2_agent.distributed.messages import ActorSummary, LearnerSummary
 from r2d2_agent.distributed.mp.bootstrap import (
     CHILD_IGNORED_SIGNALS,
@@ -26,6 +25,7 @@ from r2d2_agent.distributed.mp.bootstrap import (
     Pulse,
     run_child,
 )
+from r2d2_agent.distributed.reports import R2D2ProcessError, describe_exit
 
 __all__ = ["ChildProcess", "child_error", "signals_deferred", "spawn_child", "terminate"]
 

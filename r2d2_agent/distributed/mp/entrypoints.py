@@ -11,10 +11,10 @@ from __future__ import annotations
 from multiprocessing.connection import Connection
 
 from r2d2_agent.checkpoints import TrainingCounters
-from r2d2_agent.distributed.interfaces import Liveness
 from r2d2_agent.distributed.learner_runner import LearnerRunner
 from r2d2_agent.distributed.messages import (
     EpisodeFinished,
+    Liveness,
     StopRequested,
     WeightsLayout,
     WeightsSegment,

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 
 from r2d2_agent.checkpoints import TrainingState
-from r2d2_agent.distributed.errors import MAIN_GUARD_HINT, describe_exit
 from r2d2_agent.distributed.messages import (
     ActorSummary,
     ChildFailed,
@@ -52,7 +51,7 @@ from r2d2_agent.distributed.mp.children import ChildProcess, child_error, spawn_
 from r2d2_agent.distributed.mp.entrypoints import actor_main, learner_main
 from r2d2_agent.distributed.mp.shared_state import Heartbeats, RunCounters, SharedFlag
 from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
-from r2d2_agent.distributed.reports import Progress
+from r2d2_agent.distributed.reports import MAIN_GUARD_HINT, Progress, describe_exit
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec, TrainLimits
 from r2d2_agent.distributed.supervision import BackendSupervisor
 from r2d2_agent.leftovers import reclaim_segments
