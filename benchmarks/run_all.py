@@ -86,6 +86,7 @@ BENCHMARKS = {
         ["bench_learning.py", "--env", "cartpole", "--seeds", "0", "--budget", "5000"],
         ["bench_learning.py", "--env", "cartpole", "--seeds", "0", "1", "2"],
     ),
+    "chaos": (["chaos.py", "--minutes", "2"], ["chaos.py"]),
 }
 """Name -> (quick arguments, full arguments)."""
 

@@ -16,7 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from r2d2_agent.distributed.messages import Experience, ExperienceSender, WeightsSubscriber
+from r2d2_agent.distributed.messages import (
+    Experience,
+    ExperienceSender,
+    Liveness,
+    WeightsSubscriber,
+)
 from r2d2_agent.distributed.reports import TimeSplit
 from r2d2_agent.math import annealed_epsilon
 from r2d2_agent.replay.adder import SequenceRecord
@@ -74,6 +79,9 @@ class ActorRunner(VectorObserver):
         initial_steps: Env steps this actor index took before (a restarted or resumed
             actor continues its count).
         initial_episodes: Episodes it finished before.
+        liveness: Shows the backend's stall watchdog that the actor is alive: a beat per
+            env step and while it waits for weights; callback hooks and sends held by
+            back-pressure (the learner may be busy writing a checkpoint) run as busy.
 
     Raises:
         ValueError: If the envs or epsilons are not `config.envs_per_actor` many.
@@ -95,6 +103,7 @@ class ActorRunner(VectorObserver):
         stream: int = 0,
         initial_steps: int = 0,
         initial_episodes: int = 0,
+        liveness: Liveness | None = None,
     ) -> None:
         self.index = index
         self.config = builder.config
@@ -115,6 +124,7 @@ class ActorRunner(VectorObserver):
         self.progress = progress
         self.callbacks = tuple(callbacks)
         self.stream = stream
+        self.liveness = liveness or Liveness()
         adders = [builder.make_adder(functools.partial(self._collect, j)) for j in range(n)]
         self.final_epsilons = tuple(float(e) for e in epsilons)
         self.actor = builder.make_vector_actor(
@@ -173,7 +183,8 @@ class ActorRunner(VectorObserver):
         """
         metrics = MetricLogger(self.callbacks, f"actor-{self.index}", self._metric_counts)
         bind_metric_logger(self.callbacks, metrics)
-        call_hooks(self.callbacks, "on_r2d2_actor_begin", self.index, self)
+        with self.liveness.busy("on_r2d2_actor_begin"):
+            call_hooks(self.callbacks, "on_r2d2_actor_begin", self.index, self)
         self.time.start()
         with self.time.measure("waiting_for_weights"):
             started = self._wait_for_first_weights(should_stop)
@@ -183,7 +194,8 @@ class ActorRunner(VectorObserver):
             if not self._refused:
                 self._flush()
         self.time.stop()
-        call_hooks(self.callbacks, "on_r2d2_actor_end", self.index, self)
+        with self.liveness.busy("on_r2d2_actor_end"):
+            call_hooks(self.callbacks, "on_r2d2_actor_end", self.index, self)
 
     # VectorObserver hooks ----------------------------------------------------------
 
@@ -205,10 +217,13 @@ class ActorRunner(VectorObserver):
         if self.progress is not None:
             self.progress.on_steps(self.steps)
             self.progress.on_episode(result.episode_return, result.episode_steps)
-        call_hooks(self.callbacks, "on_r2d2_actor_episode_end", self.index, self, result)
+        if self.callbacks:
+            with self.liveness.busy("on_r2d2_actor_episode_end"):
+                call_hooks(self.callbacks, "on_r2d2_actor_episode_end", self.index, self, result)
         self._episode_ended = True
 
     def on_step_end(self) -> None:
+        self.liveness.beat()
         self._anneal_epsilon()
         if self.progress is not None:
             self.progress.on_steps(self.steps)
@@ -242,8 +257,8 @@ class ActorRunner(VectorObserver):
             return
         items = self._pending
         self._pending = []
-        with self.time.measure("sending"):
-            accepted = self.sender.send(items)
+        with self.time.measure("sending"), self.liveness.busy("sending"):
+            accepted = self.sender.send(items)  # held while the learner is busy
         if accepted:
             self.items_sent += len(items)
         else:
@@ -261,6 +276,7 @@ class ActorRunner(VectorObserver):
     def _wait_for_first_weights(self, should_stop: Callable[[], bool]) -> bool:
         """Waits for the first published weights; False if the run stops first."""
         while not self._pull_weights():
+            self.liveness.beat()
             if self.subscriber.version > 0:  # taken before this call
                 return True
             if should_stop():

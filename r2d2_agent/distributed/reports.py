@@ -24,6 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 __all__ = [
+    "MAIN_GUARD_HINT",
     "Progress",
     "ProgressBar",
     "R2D2ProcessError",
@@ -31,6 +32,12 @@ __all__ = [
     "TrainResult",
     "describe_exit",
 ]
+
+MAIN_GUARD_HINT = (
+    "spawned processes import your main module, so the code that starts training must run "
+    'under `if __name__ == "__main__":`; add that guard to your script'
+)
+"""What to do when a child failed while importing the main module."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,9 @@ class TrainResult:
     elapsed_seconds: float
     stop_reason: str
     """"nb_steps", "nb_trains", "max_seconds", "requested" (`R2D2Manager.request_stop`),
-    "callback" (`R2D2Callback.request_stop`, see `stop_detail`) or "interrupted"
-    (Ctrl-C)."""
+    "callback" (`R2D2Callback.request_stop`, see `stop_detail`), "interrupted" (Ctrl-C),
+    "sigterm" or "sighup" (the signal reached the parent: a scheduler's stop, a closed
+    terminal)."""
     actor_env_steps: list[int]
     episode_returns: list[list[float]]
     """Per actor index, the returns of the episodes it finished in this call, in order."""
@@ -89,8 +97,8 @@ class TrainResult:
 
     @property
     def interrupted(self) -> bool:
-        """Whether the run was stopped by Ctrl-C."""
-        return self.stop_reason == "interrupted"
+        """Whether the run was stopped from outside: Ctrl-C, SIGTERM or SIGHUP."""
+        return self.stop_reason in ("interrupted", "sigterm", "sighup")
 
     def recent_mean_return(self, episodes: int = 20) -> float | None:
         """Mean return of each actor's last `episodes` episodes, pooled (None if none)."""

@@ -87,7 +87,16 @@ class RunOptions:
     progress: bool = True
     """Show a progress bar (tqdm; quiet anyway when stderr is not a terminal)."""
     shutdown_timeout: float = 10.0
-    """Seconds the children get to stop before they are terminated."""
+    """Seconds the children get to stop before they are killed; a child inside a declared
+    long operation (the learner writing its final checkpoint) gets more, as long as the
+    stall watchdog sees it alive."""
+    stall_timeout: float | None = 300.0
+    """Seconds without any sign of life from a child (its loop's heartbeat) before the
+    watchdog takes it for frozen or deadlocked: a stalled actor is killed and restarted
+    like a dead one, a stalled learner is killed and stops the run with
+    `R2D2ProcessError`. Declared long operations (start-up, the first trace, callback
+    hooks such as checkpoints, sends held by back-pressure) beat from a thread, so they
+    never count as silence. None: no watchdog."""
     tf_verbose: bool | None = None
     """Show TensorFlow's native start-up logs in the children (CUDA, absl, oneDNN
     notices); None follows the `R2D2_TF_VERBOSE` environment variable (hidden unless 1)."""
@@ -102,6 +111,8 @@ class RunOptions:
         if self.ratio_tolerance < 1:
             raise ValueError(f"ratio_tolerance must be >= 1 update, got {self.ratio_tolerance!r}")
         _check_positive("shutdown_timeout", self.shutdown_timeout)
+        if self.stall_timeout is not None:
+            _check_positive("stall_timeout", self.stall_timeout)
         if self.tf_verbose is not None and not isinstance(self.tf_verbose, bool):
             raise ValueError(f"tf_verbose must be True, False or None, got {self.tf_verbose!r}")
 

@@ -21,6 +21,7 @@ from r2d2_agent.distributed.messages import (
     ExperienceReceiver,
     ExperienceSender,
     LearnerSummary,
+    Liveness,
     WeightsPublisher,
     WeightsSubscriber,
 )
@@ -77,6 +78,7 @@ def make_actor_runner(
     *,
     initial_steps: int,
     initial_episodes: int,
+    liveness: Liveness | None = None,
 ) -> ActorRunner:
     """The `ActorRunner` of actor `start.index`.
 
@@ -88,6 +90,8 @@ def make_actor_runner(
         progress: Where it reports steps and episodes.
         initial_steps: Env steps this actor index took before (restarts, resumed runs).
         initial_episodes: Episodes it finished before.
+        liveness: How it shows the backend's stall watchdog it is alive (None: no
+            watchdog).
     """
     spec = start.spec
     return ActorRunner(
@@ -104,6 +108,7 @@ def make_actor_runner(
         stream=start.stream,
         initial_steps=initial_steps,
         initial_episodes=initial_episodes,
+        liveness=liveness,
     )
 
 
@@ -113,9 +118,11 @@ def make_learner_runner(
     receiver: ExperienceReceiver,
     publisher: WeightsPublisher,
     progress: LearnerProgress,
+    *,
+    liveness: Liveness | None = None,
 ) -> LearnerRunner:
     """The `LearnerRunner` of the run, with the run's publish interval, rate limit and
-    update budget."""
+    update budget (`liveness`: how it shows the backend's stall watchdog it is alive)."""
     spec = start.spec
     return LearnerRunner(
         learner,
@@ -127,6 +134,7 @@ def make_learner_runner(
         nb_trains=start.nb_trains,
         callbacks=spec.callbacks,
         progress=progress,
+        liveness=liveness,
     )
 
 

@@ -9,7 +9,9 @@ worker that raised or whose process or node was lost is seen at that poll. An ac
 restarted up to `max_actor_restarts` times; a lost learner stops the run with
 `R2D2ProcessError` holding the remote traceback. Shutdown raises the board's stop flag,
 gives the workers `shutdown_timeout` seconds, kills what is left, and keeps the learner's
-final weights.
+final weights. SIGTERM or SIGHUP to the driver stops the run the same way (the learner
+writes its final checkpoint); Ray starts its workers in process groups of their own, so a
+signal to the driver's process group does not reach them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 import math
 import os
 import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -49,6 +52,8 @@ __all__ = ["RaySupervisor"]
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.1
+_PARENT_PAUSE_S = 2.0  # a longer gap between two watchdog checks: the driver paused
+_FIRST_SIGN_S = 60.0  # before its first sign of life a worker gets at least this long
 _NICENESS_ENV = "RAY_worker_niceness"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -69,6 +74,12 @@ class _Worker:
         self.place: WorkerPlace | None = None
         self.started_at = time.monotonic()
         self.done = False
+        self.last_sign_of_life = self.started_at
+        """When the driver last knew the worker alive (its start, then its signs)."""
+        self.signed = False
+        """Whether this worker gave a sign of life since it started."""
+        self.steps_at_start = 0
+        """An actor's env steps on the board when it (re)started."""
 
     @property
     def name(self) -> str:
@@ -137,12 +148,18 @@ class RaySupervisor(BackendSupervisor):
         self._actors: list[_Worker | None] = [None] * n
         self._snapshot: BoardSnapshot | None = None
         self._outcome: LearnerOutcome | None = None
+        self._last_watch = time.monotonic()
 
     # Public ----------------------------------------------------------------------------
 
-    def _start(self) -> None:
+    def _prepare(self) -> None:
+        # Before the run's SIGTERM/SIGHUP handlers: a local Ray started here installs its
+        # own SIGTERM handler in the driver (stop everything and exit), which the run's
+        # handlers then replace while the run lasts.
         self._connect()
         self._check_resources()
+
+    def _start(self) -> None:
         self._start_board()
         self._start_learner()
         for i in range(self.spec.nb_actors):
@@ -326,6 +343,7 @@ class RaySupervisor(BackendSupervisor):
             self._setup("actor", i, not spec.builder.use_numpy_policy, spec.options.actors_on_cpu)
         )
         worker = _Worker("actor", i, handle)
+        worker.steps_at_start = self._counts()["actor_env_steps"][i]
         worker.run_ref = handle.run.remote(
             Deferred(start, cloudpickle.dumps),
             self._board,
@@ -357,6 +375,56 @@ class RaySupervisor(BackendSupervisor):
                     self._on_learner_done(worker)
                 else:
                     self._on_actor_done(worker)
+        self._watch_stalls()
+
+    # The stall watchdog ----------------------------------------------------------------
+
+    def _watch_stalls(self) -> None:
+        """Reads every live worker's silence from the board's snapshot; kills and handles
+        a worker silent for longer than `stall_timeout`."""
+        timeout = self.spec.options.stall_timeout
+        now = time.monotonic()
+        paused = now - self._last_watch > _PARENT_PAUSE_S
+        self._last_watch = now
+        if timeout is None or self._snapshot is None:
+            return
+        silences = dict(self._snapshot.silent_for)
+        for worker in self._live():
+            silent = silences.get(worker.name)
+            if silent is not None and now - silent > worker.started_at:  # this incarnation's
+                worker.signed = True
+                worker.last_sign_of_life = max(worker.last_sign_of_life, now - silent)
+            if paused:
+                worker.last_sign_of_life = now
+            limit = timeout if worker.signed else max(timeout, _FIRST_SIGN_S)
+            if now - worker.last_sign_of_life > limit:
+                self._on_stall(worker, now - worker.last_sign_of_life)
+
+    def _on_stall(self, worker: _Worker, silent: float) -> None:
+        timeout = self.spec.options.stall_timeout
+        logger.error(
+            "%s stalled: no sign of life for %.1f s (stall_timeout=%g s; frozen, e.g. by "
+            "SIGSTOP, or deadlocked); killing it",
+            worker.name,
+            silent,
+            timeout,
+        )
+        _kill_worker(worker)
+        worker.done = True
+        if self.stopping:
+            return
+        what = (
+            f"{worker.name} stalled: no sign of life for {silent:.1f} s "
+            f"(stall_timeout={timeout:g} s)"
+        )
+        if worker.role == "learner":
+            raise R2D2ProcessError(f"{what}; its Ray actor was killed", "learner")
+        i = worker.index
+        if not self.book.may_restart(i):
+            raise R2D2ProcessError(f"{what}; " + self.book.restart_refusal(i), "actor", i)
+        logger.warning("%s; restarting it", what)
+        self.book.restarts[i] += 1
+        self._start_actor(i)
 
     def _refresh(self) -> None:
         """Reads the board: counters, new episode returns, children's stop requests."""
@@ -411,6 +479,14 @@ class RaySupervisor(BackendSupervisor):
         except (RayTaskError, RayActorError) as exc:
             if self.stopping:
                 return
+            steps = self._counts()["actor_env_steps"][i]
+            if isinstance(exc, RayTaskError) and steps == worker.steps_at_start:
+                raise _remote_error(
+                    worker,
+                    f"actor {i} failed before it reported any env step: a start-up "
+                    "failure, which a restart would repeat, so it is not restarted",
+                    exc,
+                ) from None
             if not self.book.may_restart(i):
                 raise _remote_error(worker, self.book.restart_refusal(i), exc) from None
             first_line = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
@@ -422,15 +498,30 @@ class RaySupervisor(BackendSupervisor):
         self.book.actor_info[i] = _with_place(dataclasses.asdict(summary), worker)
 
     def _wait_for_workers(self, timeout: float) -> None:
-        """Waits up to `timeout` seconds for the workers' `run` calls, keeping results."""
+        """Waits up to `timeout` seconds for the workers' `run` calls, keeping results; a
+        worker inside a declared long operation (the learner writing its final
+        checkpoint) gets longer, as long as it is not stalled."""
         deadline = time.monotonic() + timeout
-        while self._live() and time.monotonic() < deadline:
+        while self._live():
+            if time.monotonic() >= deadline and not self._busy_workers():
+                break
             live = self._live()
             ray.wait([w.run_ref for w in live], num_returns=len(live), timeout=_POLL_S)
             for worker in live:
                 if ray.wait([worker.run_ref], timeout=0)[0]:
                     worker.done = True
                     self._collect_at_shutdown(worker)
+
+    def _busy_workers(self) -> list[_Worker]:
+        """Live workers inside a declared long operation and not stalled (refreshes the
+        board's snapshot)."""
+        try:
+            self._refresh()
+        except R2D2ProcessError:  # the board is gone: nothing to wait for
+            return []
+        self._watch_stalls()
+        busy = set(self._snapshot.busy) if self._snapshot is not None else set()
+        return [w for w in self._live() if w.name in busy]
 
     def _collect_at_shutdown(self, worker: _Worker) -> None:
         try:
@@ -510,6 +601,23 @@ def _worker_niceness_zero() -> Iterator[None]:
     finally:
         if previous is None:
             os.environ.pop(_NICENESS_ENV, None)
+
+
+def _kill_worker(worker: _Worker) -> None:
+    """Kills a worker's Ray actor, and its process too when it runs on this machine (a
+    stopped process may not answer Ray's own kill): the process of that id here must be a
+    Ray worker ("ray::..."), so another machine's id never kills a process of this one."""
+    _kill(worker.handle)
+    place = worker.place
+    if place is None or place.hostname != os.uname().nodename:
+        return
+    try:
+        with open(f"/proc/{place.pid}/cmdline", "rb") as cmdline:
+            if not cmdline.read().startswith(b"ray::"):
+                return
+        os.kill(place.pid, signal.SIGKILL)
+    except (OSError, ProcessLookupError):
+        pass
 
 
 def _kill(handle: Any) -> None:
