@@ -423,8 +423,10 @@ def test_actor_failure_message_names_the_signal_and_the_restart_limit(killed_act
     assert "killed by SIGKILL" in message and "max_actor_restarts=1" in message
 
 
-def test_killed_actor_is_detected_within_five_seconds(killed_actor):
-    assert killed_actor.detected_after < 5.0
+def test_killed_actor_is_detected_well_before_the_runs_time_limit(killed_actor):
+    # Detection takes well under a second on a quiet machine; the bound leaves room for a
+    # loaded one (8 s seen at load 12 on 2 cores) while a missed death would run to 120 s.
+    assert killed_actor.detected_after < 20.0
 
 
 def test_latest_weights_survive_a_failed_run(killed_actor):

@@ -398,6 +398,7 @@ class R2D2Manager:
 
         Raises:
             RuntimeError: If no weights are given and none exist yet (call `train` first).
+            ValueError: If `env` is None and the env factory returns a vector env.
         """
         weights = self.latest_weights() if weights is None else weights
         if weights is None:
@@ -409,6 +410,11 @@ class R2D2Manager:
         actor = builder.make_actor(self._eval_policy, None, self.config.test_epsilon, seed)
         own_env = env is None
         env = self.spec.env_factory() if own_env else env
+        if own_env and hasattr(env, "num_envs"):
+            env.close()
+            raise ValueError(
+                "the env factory returns a vector env; pass evaluate(env=...) one env to play"
+            )
         try:
             return play_episodes(env, actor, nb_episodes, seed=seed)
         finally:
@@ -435,6 +441,16 @@ def _check_env(env_factory: Callable[[], Any], config: R2D2Config, observation_d
 
     env = env_factory()
     try:
+        if isinstance(env, gymnasium.vector.VectorEnv):  # one actor's envs at once
+            if env.num_envs != config.envs_per_actor:
+                raise ValueError(
+                    f"env_factory returns a vector env of {env.num_envs} envs, but "
+                    f"envs_per_actor={config.envs_per_actor}; make them equal"
+                )
+            check_env_matches_config(
+                env.single_observation_space, env.single_action_space, config, observation_dtype
+            )
+            return
         if not isinstance(env, gymnasium.Env):
             raise TypeError(f"env_factory must return a gymnasium.Env, got {type(env).__name__}")
         check_env_matches_config(env.observation_space, env.action_space, config, observation_dtype)

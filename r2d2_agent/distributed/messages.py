@@ -62,7 +62,7 @@ class Experience:
             crosses the boundary once; see `SequenceRecord`).
         env_steps: Env steps the actor took since its previous item (the learner's rate
             limiter counts env steps with them).
-        stream: Which actor incarnation sent it (frame ids are per stream).
+        stream: Which env of which actor incarnation sent it (frame ids are per stream).
     """
 
     record: SequenceRecord

@@ -25,11 +25,13 @@ from r2d2_agent.distributed.messages import (
     WeightsPublisher,
     WeightsSubscriber,
 )
-from r2d2_agent.distributed.spec import ActorStart, LearnerStart
+from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec
+from r2d2_agent.roles.vector_loop import EnvBatch, EnvList, GymVectorEnvBatch, is_vector_env
 
 __all__ = [
     "actor_summary",
     "build_learner",
+    "make_actor_envs",
     "learner_summary",
     "make_actor_runner",
     "make_learner_runner",
@@ -47,6 +49,26 @@ def build_learner(start: LearnerStart) -> Any:
     return learner
 
 
+def make_actor_envs(spec: RunSpec) -> EnvBatch:
+    """An actor's `config.envs_per_actor` envs from the run's env factory: one call when
+    the factory returns a Gymnasium `VectorEnv` (of that many envs, checked by the
+    manager), else one call per env. The caller closes them (`close()`).
+
+    Raises:
+        ValueError: If a vector env holds a different number of envs.
+    """
+    n = spec.config.envs_per_actor
+    first = spec.env_factory()
+    if is_vector_env(first):
+        if first.num_envs != n:
+            first.close()
+            raise ValueError(
+                f"the env factory's vector env has {first.num_envs} envs, but envs_per_actor={n}"
+            )
+        return GymVectorEnvBatch(first)
+    return EnvList([first] + [spec.env_factory() for _ in range(n - 1)])
+
+
 def make_actor_runner(
     start: ActorStart,
     env: Any,
@@ -62,7 +84,7 @@ def make_actor_runner(
 
     Args:
         start: The actor's start arguments.
-        env: Its env (from the run's factory), owned by the caller.
+        env: Its envs (`make_actor_envs`), owned by the caller.
         sender: Where its experience goes.
         subscriber: Where its weights come from.
         progress: Where it reports steps and episodes.

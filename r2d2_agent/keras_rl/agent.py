@@ -505,6 +505,11 @@ class R2D2Agent(rl_core.Agent):
         if not self.compiled:
             raise RuntimeError("call compile() before fit()")
         keras_env = self._checked_env(env)
+        if self.config.envs_per_actor > 1:
+            logger.warning(
+                "envs_per_actor=%d applies to R2D2Manager's actors; fit steps the one env given",
+                self.config.envs_per_actor,
+            )
         if resume_from is not None:
             self.restore_checkpoint(resume_from)
             nb_steps = int(nb_steps) - self.step

@@ -32,6 +32,7 @@ from r2d2_agent.distributed.wiring import (
     actor_summary,
     build_learner,
     learner_summary,
+    make_actor_envs,
     make_actor_runner,
     make_learner_runner,
 )
@@ -126,7 +127,7 @@ def actor_main(
     with pulse.busy("start-up"):  # user objects, the env, maybe a Keras policy
         actor = start.load()
         spec = actor.spec
-        env = spec.env_factory()
+        env = make_actor_envs(spec)
         sender = PipeExperienceSender(experience, stop)
         subscriber = SharedWeightsSubscriber(weights)
         runner = make_actor_runner(

@@ -6,6 +6,8 @@ The parent waits on every child's process sentinel and event pipe at once
 (normal, on error, on Ctrl-C, SIGTERM or SIGHUP) raises the stop flag, gives the children
 `shutdown_timeout` seconds, kills stragglers, reads the final weights from shared memory,
 closes every pipe and unlinks the segment, whatever happened before.
+Before the learner starts, the segments of runs that were killed (SIGKILL, their resource
+tracker with them) are removed: `r2d2_agent.leftovers` checks that their owner is dead.
 Starting and stopping one process is `children`; what the run reports is
 `r2d2_agent.distributed.reports`.
 
@@ -52,6 +54,7 @@ from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
 from r2d2_agent.distributed.reports import MAIN_GUARD_HINT, Progress, describe_exit
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec, TrainLimits
 from r2d2_agent.distributed.supervision import BackendSupervisor
+from r2d2_agent.leftovers import reclaim_segments
 
 __all__ = ["Supervisor"]
 
@@ -118,6 +121,7 @@ class Supervisor(BackendSupervisor):
     # Public --------------------------------------------------------------------------
 
     def _start(self) -> None:
+        reclaim_segments()  # those of runs killed before they could unlink them; never a live one's
         self._start_learner()
         while self.weights_spec is None and not self._limit_reached():
             self._poll()

@@ -44,6 +44,7 @@ from r2d2_agent.distributed.wiring import (
     actor_summary,
     build_learner,
     learner_summary,
+    make_actor_envs,
     make_actor_runner,
     make_learner_runner,
 )
@@ -248,7 +249,7 @@ class ActorWorker:
                 nb_actors=spec.nb_actors,
                 interval=interval,
             )
-            env = spec.env_factory()
+            env = make_actor_envs(spec)
             sender = ActorCallSender(learner, reporter.stopped)
             subscriber = ObjectStoreSubscriber(reporter.latest_weights)
             runner = make_actor_runner(
