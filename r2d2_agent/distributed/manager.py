@@ -450,6 +450,7 @@ def _check_env(env_factory: Callable[[], Any], config: R2D2Config, observation_d
             check_env_matches_config(
                 env.single_observation_space, env.single_action_space, config, observation_dtype
             )
+            check_env_reset(env, seed=config.seed)  # its batched space: (num_envs, ...)
             return
         if not isinstance(env, gymnasium.Env):
             raise TypeError(f"env_factory must return a gymnasium.Env, got {type(env).__name__}")
