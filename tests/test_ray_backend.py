@@ -697,9 +697,12 @@ def ray_ctrl_c(tmp_path_factory):
     # Its own Ray session root, so that it starts a Ray rather than join this module's
     # cluster (Ray joins a cluster it finds running on the machine).
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="r2d2ray", dir="/tmp")
-    run = interrupt_script(_SIGINT_SCRIPT, tmp_path, env, ready_timeout=180)
-    time.sleep(2)  # Ray's own processes end after the driver's ray.shutdown()
-    run.left = _session_processes(run.pid)
+    try:
+        run = interrupt_script(_SIGINT_SCRIPT, tmp_path, env, ready_timeout=180)
+        time.sleep(2)  # Ray's own processes end after the driver's ray.shutdown()
+        run.left = _session_processes(run.pid)
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)  # the script's Ray session
     return run
 
 
