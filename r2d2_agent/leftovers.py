@@ -3,12 +3,16 @@
 A run's temporary resources outlive a process killed with SIGKILL (an OOM kill, a
 scheduler's `kill -9` of the whole process group, which takes Python's resource tracker
 with it): its weights segment (a POSIX shared-memory object, `/dev/shm/<name>` on Linux:
-RAM, about 15 MB at Atari size) and a checkpoint being written (a temporary file beside
-the checkpoint, as large as the replay with `save_replay=True`). Their names carry their
-creator's *owner tag*, so that a later run can tell whether the creator still lives:
+RAM, about 15 MB at Atari size) and any file being written (a temporary file beside it:
+a checkpoint's is as large as the replay with `save_replay=True`). Every file the library
+writes whole (checkpoints, `save_weights` files, the run directory's `run.json`, the
+learning-curve and state-discrepancy plots, `r2d2-train`'s `result.json`) is written
+through `atomic_write`: to a temp file in the same directory, renamed over the target
+once complete, so the target is never partial. The segment's and the temp file's names
+carry their creator's *owner tag*, so that a later run can tell whether it still lives:
 
     segment            /dev/shm/<prefix>_<tag>_<8 random hex>     e.g. r2d2_4242_81234567_…
-    checkpoint temp    <dir>/.<checkpoint name>.<tag>.tmp        e.g. .ckpt-0000000100.h5.4242_…
+    temp file          <dir>/.<target name>.<tag>.tmp           e.g. .ckpt-0000000100.h5.4242_…
     tag (Linux)        <pid>_<start>_<host><boot><pidns>
     tag (elsewhere)    <pid>
 
@@ -26,12 +30,15 @@ the kernel's boot id and the PID namespace. The owner of a tag is
   without a start time (written on another OS, or by an older r2d2-agent).
 
 Only a dead owner's leftovers are removed automatically: `R2D2Manager.train` removes dead
-runs' segments before it creates its own, and `CheckpointCallback` removes dead writers'
-temp files from its directory when training begins and whenever it prunes. A live run's
-are never touched, however many runs share the machine. Unknown ones are listed and only
-removed by hand, on request:
+runs' segments before it creates its own; `CheckpointCallback` removes dead writers'
+temp files from its directory when training begins and whenever it prunes,
+`RunLogCallback` from its run directory when training begins, and every `atomic_write`
+those of its own target before it writes (the next `save_weights("w.h5")` removes the
+`.w.h5.<tag>.tmp` of a killed earlier one). A live run's are never touched, however many
+runs share the machine. Unknown ones are listed and only removed by hand, on request:
 
-    python -m r2d2_agent.leftovers [DIR ...]             # list (DIR: checkpoint dirs, searched)
+    python -m r2d2_agent.leftovers [DIR ...]             # list (DIR: run, checkpoint or
+                                                         # weights dirs, searched)
     python -m r2d2_agent.leftovers --remove [DIR ...]    # remove the dead owners' ones
     python -m r2d2_agent.leftovers --remove --unknown    # also those whose owner is unknown
 
@@ -43,6 +50,7 @@ shared memory is not a directory there).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -52,11 +60,12 @@ import re
 import secrets
 import socket
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 __all__ = [
     "SHM_DIR",
     "Leftover",
+    "atomic_write",
     "find_segments",
     "find_temp_files",
     "main",
@@ -81,10 +90,28 @@ _TAG = r"(?P<pid>\d+)(?:_(?P<start>\d+)_(?P<scope>[0-9a-f]{18}))?"
 _SEGMENT_RE = re.compile(rf"^(?P<prefix>[A-Za-z0-9_]{{1,12}}?)_{_TAG}_(?P<rand>[0-9a-f]{{8}})$")
 _TEMP_RE = re.compile(rf"^\.(?P<target>.+)\.{_TAG}\.tmp$")
 _LEGACY_SEGMENT_PREFIXES = ("r2d2", "r2d2t")  # a tag-less segment name is ours only with these
+_LEGACY_TEMP_RES = (  # temp files of versions that named them with the PID only
+    re.compile(r"^\.(?P<target>.+\.(?:h5|hdf5))\.(?P<pid>\d+)\.tmp$"),  # checkpoints
+    re.compile(r"^\.(?P<target>.+)\.(?P<pid>\d+)\.tmp\.h5$"),  # save_weights
+    re.compile(r"^(?P<target>.+\.json)\.(?P<pid>\d+)\.tmp$"),  # run.json, result.json
+    re.compile(r"^(?P<target>.+\.(?:png|pdf|svg|jpe?g))\.(?P<pid>\d+)\.tmp\.png$"),  # plots
+)
 
 
-def _legacy_temp(match: re.Match[str]) -> bool:  # a tag-less temp file is ours only for HDF5
-    return match["target"].endswith((".h5", ".hdf5"))
+def _parse_temp(name: str) -> tuple[str, int, int | None, str | None] | None:
+    """(target name, pid, start, scope) of one of our temp files' names, else None.
+
+    A tagged name (`.<target>.<tag>.tmp`) is ours whatever its target; a name of an older
+    version (PID only: its owner is unknown) only in the few forms those versions wrote.
+    """
+    match = _TEMP_RE.match(name)
+    if match is not None and match["start"] is not None:
+        return match["target"], int(match["pid"]), int(match["start"]), match["scope"]
+    for legacy in _LEGACY_TEMP_RES:
+        match = legacy.match(name)
+        if match is not None:
+            return match["target"], int(match["pid"]), None, None
+    return None
 
 
 # The owner tag ----------------------------------------------------------------------------
@@ -147,11 +174,64 @@ def segment_name(prefix: str) -> str:
     return f"{prefix}_{owner_tag()}_{secrets.token_hex(4)}"
 
 
-def temp_path(path: str) -> str:
+def temp_path(path: str | os.PathLike[str]) -> str:
     """The temporary file this process writes `path` to before renaming it:
     `<dir>/.<name>.<tag>.tmp`."""
-    directory, name = os.path.split(os.path.abspath(path))
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
     return os.path.join(directory, f".{name}.{owner_tag()}.tmp")
+
+
+def _fsync_path(path: str, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems do not fsync directories; the rename still holds
+        if not directory:
+            raise
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], durable: bool = False) -> Iterator[str]:
+    """The one way the library writes a whole file: into an owner-tagged temp file beside
+    it (`temp_path`), renamed over `path` once the body is done (atomic on POSIX).
+
+    Readers see the previous file or the new one, never a part. If the body raises, the
+    temp file is removed and `path` is untouched; if the process is killed (SIGKILL), the
+    temp file stays, and its name tells a later run (or `r2d2-leftovers`) that its owner
+    is dead. Before writing, the dead owners' temp files of the same target are removed.
+    The directory is created if needed.
+
+    Example::
+
+        with atomic_write("runs/x/run.json") as tmp:
+            with open(tmp, "w") as file:
+                file.write(text)
+
+    Args:
+        path: The file to write (replaced if it exists).
+        durable: Also fsync the file before the rename and the directory after it, so
+            that the new file survives a power loss (checkpoints, weights).
+
+    Yields:
+        The temporary file to write; the body must close it before it ends.
+    """
+    path = os.fspath(path)
+    directory, name = os.path.split(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    reclaim_temp_files(directory, target=name)
+    tmp = temp_path(path)
+    try:
+        yield tmp
+        if durable:
+            _fsync_path(tmp)
+        os.replace(tmp, path)
+        if durable:
+            _fsync_path(directory, directory=True)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def owner_status(pid: int, start: int | None, scope: str | None) -> tuple[str, str]:
@@ -193,7 +273,8 @@ class Leftover:
     """A segment or temporary file and its owner.
 
     Attributes:
-        kind: `"segment"` (shared memory) or `"temp file"` (a checkpoint being written).
+        kind: `"segment"` (shared memory) or `"temp file"` (a file being written:
+            checkpoint, weights, run log, plot, result).
         path: Its file (`/dev/shm/<name>` for a segment).
         nbytes: Its size in bytes.
         pid: Its owner's PID.
@@ -209,16 +290,15 @@ class Leftover:
     reason: str
 
 
-def _judge(kind: str, path: str, match: re.Match[str]) -> Leftover | None:
+def _judge(kind: str, path: str, pid: int, start: int | None, scope: str | None) -> Leftover | None:
     try:
         info = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:  # removed meanwhile
         return None
-    start = None if match["start"] is None else int(match["start"])
-    owner, reason = owner_status(int(match["pid"]), start, match["scope"])
+    owner, reason = owner_status(pid, start, scope)
     if owner != ALIVE and hasattr(os, "getuid") and info.st_uid != os.getuid():
         owner, reason = UNKNOWN, f"another user's (uid {info.st_uid}); {reason}"
-    return Leftover(kind, path, info.st_size, int(match["pid"]), owner, reason)
+    return Leftover(kind, path, info.st_size, pid, owner, reason)
 
 
 def find_segments(shm_dir: str = SHM_DIR) -> list[Leftover]:
@@ -237,15 +317,26 @@ def find_segments(shm_dir: str = SHM_DIR) -> list[Leftover]:
             match["start"] is None and match["prefix"] not in _LEGACY_SEGMENT_PREFIXES
         ):
             continue
-        leftover = _judge("segment", os.path.join(shm_dir, name), match)
+        start = None if match["start"] is None else int(match["start"])
+        path = os.path.join(shm_dir, name)
+        leftover = _judge("segment", path, int(match["pid"]), start, match["scope"])
         if leftover is not None:
             found.append(leftover)
     return found
 
 
-def find_temp_files(directory: str | os.PathLike[str], recursive: bool = False) -> list[Leftover]:
-    """Checkpoint temp files (`.<name>.<tag>.tmp`) in `directory` (and below it if
-    `recursive`), sorted by path; empty if the directory does not exist."""
+def find_temp_files(
+    directory: str | os.PathLike[str], recursive: bool = False, target: str | None = None
+) -> list[Leftover]:
+    """The temp files of `atomic_write` (`.<name>.<tag>.tmp`, and the PID-only names of
+    older versions) in `directory` (and below it if `recursive`), sorted by path; empty if
+    the directory does not exist.
+
+    Args:
+        directory: Where to look.
+        recursive: Also in its subdirectories.
+        target: Only the temp files of this file name (e.g. `"run.json"`).
+    """
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         return []
@@ -253,11 +344,12 @@ def find_temp_files(directory: str | os.PathLike[str], recursive: bool = False) 
     found = []
     for folder, _, names in walk:
         for name in names:
-            match = _TEMP_RE.match(name)
-            if match is not None and (match["start"] is not None or _legacy_temp(match)):
-                leftover = _judge("temp file", os.path.join(folder, name), match)
-                if leftover is not None:
-                    found.append(leftover)
+            parsed = _parse_temp(name)
+            if parsed is None or (target is not None and parsed[0] != target):
+                continue
+            leftover = _judge("temp file", os.path.join(folder, name), *parsed[1:])
+            if leftover is not None:
+                found.append(leftover)
     return sorted(found, key=lambda leftover: leftover.path)
 
 
@@ -310,9 +402,12 @@ def reclaim_segments(shm_dir: str = SHM_DIR) -> list[Leftover]:
     return _reclaim(lambda: find_segments(shm_dir), shm_dir)
 
 
-def reclaim_temp_files(directory: str | os.PathLike[str]) -> list[Leftover]:
-    """Removes the checkpoint temp files of dead writers in `directory` (logged)."""
-    return _reclaim(lambda: find_temp_files(directory), os.fspath(directory))
+def reclaim_temp_files(
+    directory: str | os.PathLike[str], target: str | None = None
+) -> list[Leftover]:
+    """Removes the temp files of dead writers in `directory` (only those of file name
+    `target` if given; logged); returns them."""
+    return _reclaim(lambda: find_temp_files(directory, target=target), os.fspath(directory))
 
 
 # The command ------------------------------------------------------------------------------
@@ -322,14 +417,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m r2d2_agent.leftovers`: lists (and with `--remove` removes) leftovers."""
     parser = argparse.ArgumentParser(
         prog="r2d2-leftovers",
-        description="List r2d2-agent's shared-memory segments and checkpoint temp files, "
-        "with their owners (alive, dead or unknown); remove the dead owners' ones.",
+        description="List r2d2-agent's shared-memory segments and the temp files of its "
+        "interrupted writes (checkpoints, weights, run logs, plots, results), with their "
+        "owners (alive, dead or unknown); remove the dead owners' ones.",
     )
     parser.add_argument(
         "directories",
         nargs="*",
         metavar="DIR",
-        help="checkpoint or run directories to search (recursively) for temp files",
+        help="run, checkpoint or weights directories to search (recursively) for temp files",
     )
     parser.add_argument("--remove", action="store_true", help="remove those of dead owners")
     parser.add_argument(

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from r2d2_agent.leftovers import atomic_write
 from r2d2_agent.runlog import RunLog, read_run
 
 __all__ = ["DEFAULT_NAME", "main", "moving_average", "plot_run", "plot_state_discrepancy"]
@@ -169,15 +170,11 @@ _DISCREPANCY_STYLES = {
 
 
 def _save(figure: Any, output: str) -> str:
-    """Writes a figure to `output` atomically (temporary file, then rename)."""
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    tmp = f"{output}.{os.getpid()}.tmp.png"
-    try:
-        figure.savefig(tmp, dpi=100)
-        os.replace(tmp, output)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """Writes a figure to `output` atomically (`r2d2_agent.leftovers.atomic_write`), in the
+    format of its suffix (PNG without one)."""
+    suffix = os.path.splitext(output)[1].lstrip(".").lower()
+    with atomic_write(output) as tmp:  # the temp file's suffix is .tmp: say the format
+        figure.savefig(tmp, dpi=100, format=suffix or "png")
     return output
 
 

@@ -10,12 +10,14 @@ resource tracker too, as a scheduler's SIGKILL does), or is kept alive as a conc
 from __future__ import annotations
 
 import functools
+import json
 import os
 import pathlib
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -283,3 +285,279 @@ def test_the_next_manager_run_removes_a_killed_runs_segment_and_keeps_a_live_run
         _stop(concurrent)
         for path in (killed.segment, killed.temp):
             pathlib.Path(path).unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------- atomic writes ----
+# Every file the library writes whole goes through `atomic_write`: the writers below are
+# all of them (a source scan checks that no other module renames a file itself).
+_WRITERS_SCRIPT = textwrap.dedent(
+    """
+    import json, os, pathlib, sys, threading
+    from types import SimpleNamespace
+    import numpy as np
+
+    from r2d2_agent.checkpoints import TrainingCounters, TrainingState, write_checkpoint
+    from r2d2_agent.networks.weights_io import save_weights_atomic
+    from r2d2_agent.plot import plot_run, plot_state_discrepancy
+    from r2d2_agent.runlog import write_json_atomic
+
+    folder = pathlib.Path(sys.argv[1])
+
+
+    class Model:  # Keras's save_weights writes the file it is given (tested with Keras too)
+        def save_weights(self, path, save_format):
+            pathlib.Path(path).write_bytes(b"new weights")
+
+
+    def state():
+        w = [np.arange(4, dtype=np.float32)]
+        counters = TrainingCounters(1, 1, 1, 1, (1,), (1,))
+        return TrainingState(w, w, [], ("w",), (), counters, {}, "0.0")
+
+
+    discrepancy = SimpleNamespace(by_step={"stored": [0.1, 0.2]}, burnin=0)
+    WRITERS = {
+        "ckpt-0000000001.h5": lambda p: write_checkpoint(p, state()),
+        "weights.h5": lambda p: save_weights_atomic(Model(), p, overwrite=True),
+        "run.json": lambda p: write_json_atomic(p, {"a": 1}),
+        "result.json": lambda p: write_json_atomic(p, {"b": 2}),
+        "learning_curve.png": lambda p: plot_run(folder, p),
+        "discrepancy.png": lambda p: plot_state_discrepancy(discrepancy, p),
+    }
+    reached = threading.Semaphore(0)
+
+
+    def frozen_replace(src, dst):  # each write stops here: temp file complete, not renamed
+        print(src, flush=True)
+        reached.release()
+        threading.Event().wait()
+
+
+    def run(write, path):
+        try:
+            write(path)
+        except BaseException as exc:  # reported, so that the test fails instead of waiting
+            print(f"failed: {path}: {exc!r}", flush=True)
+            reached.release()
+
+
+    os.replace = frozen_replace
+    for name, write in WRITERS.items():  # one at a time: each waits in its own thread
+        threading.Thread(target=run, args=(write, str(folder / name)), daemon=True).start()
+        reached.acquire()
+    print("ready", flush=True)
+    sys.stdin.read()                     # until the test closes our stdin (or kills us)
+    """
+)
+_TARGETS = (
+    "ckpt-0000000001.h5",
+    "weights.h5",
+    "run.json",
+    "result.json",
+    "learning_curve.png",
+    "discrepancy.png",
+)
+_OLD = b'{"old": true}'  # what each target held before (JSON: plot_run reads run.json)
+
+
+def _start_writer(folder: pathlib.Path) -> SimpleNamespace:
+    """A process (a session of its own) that is writing each kind of file into `folder`,
+    every write stopped after its temp file is complete and before the rename."""
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITERS_SCRIPT, str(folder)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    temps = []
+    for line in proc.stdout:
+        if line.strip() == "ready":
+            break
+        temps.append(line.strip())
+    writer = SimpleNamespace(proc=proc, temps=temps)
+    if len(temps) != len(_TARGETS) or any(t.startswith("failed") for t in temps):
+        _kill_group(writer)
+        pytest.fail(f"the writer did not get to each rename: {temps}")
+    return writer
+
+
+@pytest.fixture
+def writers(tmp_path):
+    """Two runs writing the same files of one run directory: `live` keeps going, `dead`
+    (started second, while `live` was writing) is killed with its group mid-write.
+    Each target held `_OLD` before."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in _TARGETS:
+        (folder / name).write_bytes(_OLD)
+    (folder / "actor-0.jsonl").write_text(
+        '{"actor": 0, "episode": 1, "episode_return": 1.0, "env_steps": 10}\n'
+    )
+    live = _start_writer(folder)
+    try:
+        dead = _start_writer(folder)
+        _kill_group(dead)
+        yield SimpleNamespace(folder=folder, live=live, dead=dead)
+    finally:
+        live.proc.stdin.close()
+        live.proc.wait(30)
+    for path in live.temps + dead.temps:
+        pathlib.Path(path).unlink(missing_ok=True)
+
+
+@linux_only
+def test_a_write_killed_mid_way_leaves_the_target_whole_and_a_tagged_temp_file(writers):
+    """SIGKILL after each temp file was complete, before its rename: every target still
+    holds its previous content, and each temp file is `.<target>.<dead's tag>.tmp`."""
+    pid = writers.dead.proc.pid
+    for name in _TARGETS:
+        assert (writers.folder / name).read_bytes() == _OLD
+    names = sorted(pathlib.Path(t).name for t in writers.dead.temps)
+    tag = names[0].split(".")[-2]
+    assert tag.startswith(f"{pid}_")
+    assert names == sorted(f".{name}.{tag}.tmp" for name in _TARGETS)
+    for temp in writers.dead.temps + writers.live.temps:
+        assert pathlib.Path(temp).parent == writers.folder and os.path.exists(temp)
+
+
+@linux_only
+def test_the_command_removes_a_killed_writers_temp_files_of_each_kind_and_keeps_a_live_ones(
+    writers, capsys
+):
+    # The live writer's own reclaim kept nothing of the dead (it was alive then); the
+    # dead one's, started second, kept the live writer's.
+    assert leftovers.main(["--json", str(writers.folder.parent)]) == 0
+    rows = {row["path"]: row for row in json.loads(capsys.readouterr().out)}
+    assert {rows[t]["owner"] for t in writers.dead.temps} == {"dead"}
+    assert {rows[t]["owner"] for t in writers.live.temps} == {"alive"}
+    assert leftovers.main(["--remove", str(writers.folder.parent)]) == 0
+    capsys.readouterr()
+    assert not any(os.path.exists(t) for t in writers.dead.temps)
+    assert all(os.path.exists(t) for t in writers.live.temps)
+
+
+@linux_only
+def test_a_run_log_starting_in_the_directory_reclaims_the_killed_writers_temp_files(writers):
+    from r2d2_agent.callbacks import RunLogCallback
+
+    RunLogCallback(writers.folder, tensorboard=False).on_r2d2_train_begin()
+    assert not any(os.path.exists(t) for t in writers.dead.temps)
+    assert all(os.path.exists(t) for t in writers.live.temps)
+
+
+@linux_only
+def test_the_next_write_of_a_file_reclaims_its_killed_writers_temp_file(writers):
+    from r2d2_agent.runlog import write_json_atomic
+
+    write_json_atomic(writers.folder / "result.json", {"c": 3})
+    gone = [t for t in writers.dead.temps if not os.path.exists(t)]
+    assert [pathlib.Path(t).name.split(".")[1] for t in gone] == ["result"]
+    assert all(os.path.exists(t) for t in writers.live.temps)
+
+
+def _library_writers(tmp_path: pathlib.Path) -> dict[str, Callable[[pathlib.Path], object]]:
+    """Each whole-file writer of the library, as `write(path)`."""
+    import numpy as np
+
+    from r2d2_agent.checkpoints import TrainingCounters, TrainingState, write_checkpoint
+    from r2d2_agent.compat import keras
+    from r2d2_agent.networks.weights_io import save_weights_atomic
+    from r2d2_agent.plot import plot_run, plot_state_discrepancy
+    from r2d2_agent.runlog import write_json_atomic
+
+    run_dir = tmp_path / "logged"
+    run_dir.mkdir()
+    (run_dir / "actor-0.jsonl").write_text(
+        '{"actor": 0, "episode": 1, "episode_return": 1.0, "env_steps": 10}\n'
+    )
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    discrepancy = SimpleNamespace(by_step={"zero": [0.3, 0.1]}, burnin=2)
+    w = [np.arange(4, dtype=np.float32)]
+    state = TrainingState(w, w, [], ("w",), (), TrainingCounters(1, 1, 1, 1, (1,), (1,)), {}, "0")
+    return {
+        "checkpoint": lambda p: write_checkpoint(p, state),
+        "weights": lambda p: save_weights_atomic(model, p, overwrite=True),
+        "json": lambda p: write_json_atomic(p, {"a": [1, 2]}),
+        "learning curve": lambda p: plot_run(run_dir, p),
+        "state discrepancy": lambda p: plot_state_discrepancy(discrepancy, p),
+    }
+
+
+_SUFFIX = {
+    "checkpoint": "h5",
+    "weights": "h5",
+    "json": "json",
+    "learning curve": "png",
+    "state discrepancy": "png",
+}
+
+
+@pytest.mark.parametrize("kind", list(_SUFFIX))
+def test_each_writer_renames_a_complete_owner_tagged_temp_file_over_the_target(
+    kind, tmp_path, monkeypatch
+):
+    """The rename is the only moment the target changes: until then it holds its previous
+    content, and the file renamed is `.<name>.<tag>.tmp` beside it, already complete
+    (its bytes are the target's afterwards)."""
+    write = _library_writers(tmp_path)[kind]
+    target = tmp_path / "out" / f"file.{_SUFFIX[kind]}"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    renames = []
+    real_replace = os.replace
+
+    def spy(src, dst):
+        renames.append((src, dst, pathlib.Path(dst).read_bytes(), pathlib.Path(src).read_bytes()))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    write(target)
+    [(src, dst, before, renamed)] = renames
+    assert src == str(target.parent / f".{target.name}.{owner_tag()}.tmp")
+    assert os.fspath(dst) == str(target) and before == b"old"
+    assert target.read_bytes() == renamed != b"old"
+    assert os.listdir(target.parent) == [target.name]
+
+
+def test_a_failed_write_leaves_the_previous_file_and_no_temp_file(tmp_path):
+    from r2d2_agent.runlog import write_json_atomic
+
+    target = tmp_path / "run.json"
+    write_json_atomic(target, {"a": 1})
+    before = target.read_bytes()
+    with pytest.raises(TypeError):
+        write_json_atomic(target, {"a": 2, "b": object()})  # fails half-way through
+    assert target.read_bytes() == before
+    assert os.listdir(tmp_path) == ["run.json"]
+
+
+def test_no_library_module_renames_files_but_atomic_write():
+    """One helper names every temp file: no other module renames a file or names a temp
+    file after its PID."""
+    package = pathlib.Path(leftovers.__file__).parent
+    offenders = [
+        f"{path.relative_to(package)}: {needle}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "leftovers.py" or path.parent != package
+        for needle in ("os.replace(", "os.rename(", "getpid()}.tmp", ".tmp.")
+        if needle in path.read_text()
+    ]
+    assert offenders == []
+
+
+def test_older_versions_temp_names_are_listed_with_an_unknown_owner(tmp_path):
+    pid = os.getpid()
+    legacy = [
+        f".ckpt-0000000003.h5.{pid}.tmp",  # checkpoint
+        f".weights.h5.{pid}.tmp.h5",  # save_weights
+        f"run.json.{pid}.tmp",  # write_json_atomic
+        f"learning_curve.png.{pid}.tmp.png",  # plots
+    ]
+    for name in [*legacy, f"notes.txt.{pid}.tmp", f".notes.txt.{pid}.tmp"]:
+        _fake(tmp_path, name)
+    found = {pathlib.Path(x.path).name: x.owner for x in find_temp_files(tmp_path)}
+    assert found == dict.fromkeys(legacy, "unknown")
+    assert reclaim_temp_files(tmp_path) == []

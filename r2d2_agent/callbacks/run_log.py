@@ -5,9 +5,13 @@ one file per process): actor i writes `actor-<i>.jsonl` (one line per episode), 
 learner `learner.jsonl` (one line every `interval` updates) and `run.json`, the parent
 `eval.jsonl` (`log_evaluation`), and every process its custom metrics
 (`R2D2Callback.log_metric`) to `metrics-<process>.jsonl`. TensorBoard summaries go to
-`RUN_DIR/tensorboard` through a `TensorBoardCallback`. The single-process agent writes the
-same files (as actor 0 and the learner), so `python -m r2d2_agent.plot RUN_DIR` draws
+`RUN_DIR/tensorboard` through a `TensorBoardCallback`. The single-process agent writes
+the same files (as actor 0 and the learner), so `python -m r2d2_agent.plot RUN_DIR` draws
 either kind of run.
+
+Whole files (`run.json`, the picture) are written atomically; when training begins, the
+temp files that killed runs left in the run directory are removed (`r2d2_agent.leftovers`:
+only a dead owner's, a live run's are kept).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from r2d2_agent.callbacks.base import R2D2Callback
 from r2d2_agent.callbacks.rates import RateMeter
 from r2d2_agent.callbacks.tensorboard import TensorBoardCallback, mean_q_in_return_units
 from r2d2_agent.checkpoints import config_as_data
+from r2d2_agent.leftovers import reclaim_temp_files
 from r2d2_agent.runlog import (
     EVAL_FILE,
     INFO_FILE,
@@ -175,6 +180,7 @@ class RunLogCallback(R2D2Callback):
     # Manager: parent process ---------------------------------------------------------------
     def on_r2d2_train_begin(self) -> None:
         os.makedirs(self.run_dir, exist_ok=True)
+        reclaim_temp_files(self.run_dir)  # what a killed run left half written (a dead owner's)
         logger.info("run directory: %s", os.path.abspath(self.run_dir))
 
     def on_r2d2_train_end(self) -> None:
@@ -222,6 +228,7 @@ class RunLogCallback(R2D2Callback):
     def on_train_begin(self, logs: dict | None = None) -> None:
         agent = self.model
         if agent.training:
+            reclaim_temp_files(self.run_dir)  # what a killed run left half written
             self._write_info(agent.config, "agent")
             self._updates_rate.rate(agent.learner.updates)
             self._steps_rate.rate(agent.step)

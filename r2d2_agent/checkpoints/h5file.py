@@ -33,11 +33,11 @@ read, their datasets' checksums checked.
 
 Writing goes to a temporary file in the same directory (`.<name>.<owner tag>.tmp`), which
 is flushed, fsynced and renamed over the target (an atomic step on POSIX), then the
-directory is fsynced: a process killed at any moment leaves the previous checkpoint
-intact, and its temp file, whose name says which process wrote it, is removed by the next
-prune (`r2d2_agent.leftovers`) once that process is dead. In a checkpoint
-directory the files are named `ckpt-<N>.h5` (N: learner updates, or the single-process
-agent's env steps), and `prune_checkpoints` keeps the last K.
+directory is fsynced (`r2d2_agent.leftovers.atomic_write`): a process killed at any moment
+leaves the previous checkpoint intact, and its temp file, whose name says which process
+wrote it, is removed by the next prune or write of that file once that process is dead.
+In a checkpoint directory the files are named `ckpt-<N>.h5` (N: learner updates, or the
+single-process agent's env steps), and `prune_checkpoints` keeps the last K.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ from r2d2_agent.checkpoints.h5format import (
     verify_streaming,
 )
 from r2d2_agent.checkpoints.state import ReplaySnapshot, TrainingCounters, TrainingState
-from r2d2_agent.leftovers import reclaim_temp_files, temp_path
+from r2d2_agent.leftovers import atomic_write, reclaim_temp_files
 
 __all__ = [
     "CHECKPOINT_PATTERN",
@@ -140,17 +140,6 @@ def _write_replay(file: h5py.File, state: dict[str, Any]) -> None:
     group.attrs[REPLAY_DATASETS] = json.dumps(names)
 
 
-def _fsync_path(path: str, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems do not fsync directories; the rename still holds
-        if not directory:
-            raise
-    finally:
-        os.close(fd)
-
-
 def write_checkpoint(path: str | os.PathLike[str], state: TrainingState) -> str:
     """Writes `state` to the HDF5 file `path`, atomically (temp file, fsync, rename).
 
@@ -164,13 +153,12 @@ def write_checkpoint(path: str | os.PathLike[str], state: TrainingState) -> str:
     from r2d2_agent import __version__
 
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = temp_path(path)  # `.<name>.<owner tag>.tmp`: a later run removes it if we are killed
     replay = state.replay.load() if state.replay is not None else None
     nb_datasets = len(state.online_weights) + len(state.target_weights)
     nb_datasets += len(state.optimizer_weights) + 2 + len(replay or ())
-    try:
+    # `.<name>.<owner tag>.tmp`, fsynced, renamed, directory fsynced; if we are killed, a
+    # later run removes the temp file once we are dead.
+    with atomic_write(path, durable=True) as tmp:
         with h5py.File(tmp, "w", userblock_size=userblock_size(nb_datasets)) as file:
             file.attrs["format"] = FORMAT_NAME
             file.attrs["format_version"] = FORMAT_VERSION
@@ -189,12 +177,6 @@ def write_checkpoint(path: str | os.PathLike[str], state: TrainingState) -> str:
             if replay is not None:
                 _write_replay(file, replay)
         seal(tmp)
-        _fsync_path(tmp)
-        os.replace(tmp, path)
-        _fsync_path(directory, directory=True)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path
 
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from r2d2_agent.leftovers import atomic_write
+
 __all__ = ["save_weights_atomic"]
 
 
 def save_weights_atomic(model: Any, filepath: str | os.PathLike[str], overwrite: bool) -> None:
     """Writes a Keras model's weights to HDF5 through a temporary file and an atomic rename.
 
-    A crash while writing leaves either the previous file or none, never a half-written one.
+    A crash while writing leaves either the previous file or none, never a half-written one
+    (`r2d2_agent.leftovers.atomic_write`: the temp file `.<name>.<owner tag>.tmp` of a
+    killed writer is removed by the next write of the file or by `r2d2-leftovers`).
 
     Args:
         model: A Keras model.
@@ -24,12 +28,5 @@ def save_weights_atomic(model: Any, filepath: str | os.PathLike[str], overwrite:
     filepath = os.fspath(filepath)
     if os.path.exists(filepath) and not overwrite:
         raise FileExistsError(f"{filepath} exists; pass overwrite=True to replace it")
-    directory = os.path.dirname(os.path.abspath(filepath))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(filepath)}.{os.getpid()}.tmp.h5")
-    try:
-        model.save_weights(tmp, save_format="h5")
-        os.replace(tmp, filepath)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_write(filepath, durable=True) as tmp:
+        model.save_weights(tmp, save_format="h5")  # the format is given, not the suffix's

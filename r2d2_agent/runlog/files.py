@@ -19,6 +19,8 @@ import math
 import os
 from typing import Any
 
+from r2d2_agent.leftovers import atomic_write
+
 __all__ = [
     "ACTOR_FILE",
     "EVAL_FILE",
@@ -110,10 +112,6 @@ class JsonLinesWriter:
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
-    """Writes `data` as a JSON file through a temporary file and a rename."""
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as file:
+    """Writes `data` as a JSON file, atomically (`r2d2_agent.leftovers.atomic_write`)."""
+    with atomic_write(path) as tmp, open(tmp, "w", encoding="utf-8") as file:
         json.dump(_plain(data), file, indent=2, sort_keys=True)
-    os.replace(tmp, path)
