@@ -149,13 +149,13 @@ BLOCKS = [
         replace=(("nb_steps=25_000", "nb_steps=300"),),
     ),
     Declared(
-        "r2d2-leftovers --remove runs/x/checkpoints",
+        "r2d2-leftovers --remove runs/x",
         "leftovers",
         replace=(("r2d2-leftovers", "python -m r2d2_agent.leftovers"),),
     ),
 ]
 
-PREPARE = {"leftovers": ("runs/x/checkpoints",)}
+PREPARE = {"leftovers": ("runs/x",)}
 """Directories a group's commands expect (as the manager's blocks before them made them)."""
 
 PRELUDE = {
