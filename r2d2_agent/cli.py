@@ -222,6 +222,19 @@ def _env_fields(env: Any, atari: bool) -> dict[str, Any]:
     return fields
 
 
+def _preset(name: str, env_fields: dict[str, Any]) -> R2D2Config:
+    """The preset `name`, given the env's fields its function requires (`memory_config`
+    takes the observation shape and the action count)."""
+    function = PRESETS[name]
+    required = {
+        parameter.name
+        for parameter in inspect.signature(function).parameters.values()
+        if parameter.default is inspect.Parameter.empty
+        and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    }
+    return function(**{field: env_fields[field] for field in required})
+
+
 def _fit_replay(config: R2D2Config, explicit: bool, notes: list[str]) -> R2D2Config:
     """A replay nobody sized is made to fit in half of the available memory."""
     available = available_memory_bytes()
@@ -285,8 +298,8 @@ def plan_run(args: argparse.Namespace) -> TrainPlan:
         threshold = getattr(probe.spec, "reward_threshold", None)
     finally:
         probe.close()
+    base = _preset(args.preset, from_env) if args.preset else None
     from_env = {k: v for k, v in from_env.items() if k not in file_values and k not in overrides}
-    base = PRESETS[args.preset]() if args.preset else None
     values = dataclasses.asdict(base) if base else {}
     values.update(file_values)
     values.update(from_env)

@@ -104,6 +104,13 @@ class R2D2Config:
     rates it)."""
     enable_rescaling: bool = True
     """Switch: value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + 1e-3 x (Pohlen et al. 2018)."""
+    normalize_rewards: bool = False
+    """Switch: divide rewards by the root mean square of every reward seen so far
+    (`r2d2_agent.math.reward_scale`), in the learner's n-step returns, the actors' initial
+    priorities and the previous-reward input, so that learning does not depend on the
+    reward's units (rewards x0.01 or x100 give the same updates). The statistics are
+    non-trainable weights of the network (they travel to the actors and into checkpoints);
+    Q-values users see (`compute_q_values`, `predict`) stay in return units."""
     multisteps: int = 5
     """n of the n-step return, in env steps."""
     burnin: int = 40
@@ -233,6 +240,10 @@ class R2D2Config:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
         if self.clipnorm is not None and not (self.clipnorm > 0):
             raise ValueError(f"clipnorm must be > 0 or None, got {self.clipnorm!r}")
+        if not isinstance(self.normalize_rewards, bool):
+            raise ValueError(
+                f"normalize_rewards must be True or False, got {self.normalize_rewards!r}"
+            )
         if self.enable_prev_action_reward and not self.enable_lstm:
             raise ValueError(
                 "enable_prev_action_reward=True needs an LSTM (lstm_units > 0), got "

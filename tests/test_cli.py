@@ -20,7 +20,7 @@ import tomllib
 
 from r2d2_agent import InputType, R2D2Agent
 from r2d2_agent.cli import build_parser, main, plan_run
-from r2d2_agent.presets import cartpole_config
+from r2d2_agent.presets import cartpole_config, memory_config
 from r2d2_agent.runlog import read_run
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -48,6 +48,11 @@ def test_the_env_decides_the_spaces_over_the_preset():
     config = _plan("Acrobot-v1", "--preset", "cartpole").config
     assert (config.input_shape, config.nb_actions) == ((6,), 3)
     assert config.lstm_units == cartpole_config().lstm_units
+
+
+def test_a_preset_that_takes_the_task_is_given_the_envs_spaces():
+    config = _plan("Acrobot-v1", "--preset", "memory").config
+    assert config == memory_config(input_shape=(6,), nb_actions=3, seed=0)
 
 
 @pytest.mark.parametrize("suffix", [".toml", ".yaml"])

@@ -33,6 +33,27 @@ PRESETS = {
 
 FIELDS = [f.name for f in dataclasses.fields(R2D2Config)]
 
+EXAMPLE_ARGUMENTS = {"input_shape": (3,), "nb_actions": 3}
+"""Values for the fields a preset takes as required arguments (`memory_config`'s task
+shape); the docstrings leave these fields out, the table says "argument"."""
+
+
+def arguments(function) -> dict:
+    """The required arguments of a preset function, with example values."""
+    required = [
+        p.name
+        for p in inspect.signature(function).parameters.values()
+        if p.default is inspect.Parameter.empty and p.kind is not p.VAR_KEYWORD
+    ]
+    missing = [name for name in required if name not in EXAMPLE_ARGUMENTS]
+    assert not missing, f"give EXAMPLE_ARGUMENTS a value for {missing}"
+    return {name: EXAMPLE_ARGUMENTS[name] for name in required}
+
+
+def call(function) -> R2D2Config:
+    """The preset with example values for its required arguments."""
+    return function(**arguments(function))
+
 
 def _text(value) -> str:
     """How a value reads in the docstrings and the table."""
@@ -48,12 +69,12 @@ def _default(name: str):
 
 def preset_values(function) -> dict[str, str]:
     """The fields where the preset differs from `R2D2Config`'s defaults (the required
-    ones included), in field order."""
-    config = function()
+    ones included, unless the preset takes them as arguments), in field order."""
+    config, taken = call(function), arguments(function)
     return {
         name: _text(getattr(config, name))
         for name in FIELDS
-        if getattr(config, name) != _default(name)
+        if getattr(config, name) != _default(name) and name not in taken
     }
 
 
@@ -71,21 +92,29 @@ def expected_table() -> str:
     preset sets, a column per preset."""
     values = {name: preset_values(function) for name, function in PRESETS.items()}
     rows = sorted({field for v in values.values() for field in v}, key=FIELDS.index)
-    configs = {name: function() for name, function in PRESETS.items()}
-    head = ["field", "`R2D2Config` default", *(f"`{name}()`" for name in PRESETS)]
+    configs = {name: call(function) for name, function in PRESETS.items()}
+    taken = {name: arguments(function) for name, function in PRESETS.items()}
+    head = [
+        "field",
+        "`R2D2Config` default",
+        *(f"`{name}({', '.join(taken[name])})`" for name in PRESETS),
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in rows:
         default = _default(row)
         cells = [
             "required" if default is dataclasses.MISSING else f"`{_text(default)}`",
-            *(f"`{_text(getattr(config, row))}`" for config in configs.values()),
+            *(
+                "argument" if row in taken[name] else f"`{_text(getattr(config, row))}`"
+                for name, config in configs.items()
+            ),
         ]
         lines.append("| " + " | ".join([row, *cells]) + " |")
     return "\n".join(lines)
 
 
 def test_there_are_presets():
-    assert {"cartpole_config", "masked_cartpole_config"} <= set(PRESETS)
+    assert {"cartpole_config", "masked_cartpole_config", "memory_config"} <= set(PRESETS)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

@@ -116,7 +116,9 @@ class RunLogCallback(R2D2Callback):
                 "env_steps": env_steps,
                 "loss": metrics.get("loss"),
                 "mean_q_network": metrics.get("mean_q"),
-                "mean_q_return": mean_q_in_return_units(metrics.get("mean_q"), learner.config),
+                "mean_q_return": mean_q_in_return_units(
+                    metrics.get("mean_q"), learner.config, getattr(learner, "reward_scale", 1.0)
+                ),
                 "mean_priority": metrics.get("mean_priority"),
                 "replay_size": len(learner.replay),
                 "updates_per_second": self._updates_rate.rate(learner.updates),

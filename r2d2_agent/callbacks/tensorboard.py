@@ -27,13 +27,17 @@ from r2d2_agent.runlog import ScalarEventWriter
 __all__ = ["TensorBoardCallback", "mean_q_in_return_units"]
 
 
-def mean_q_in_return_units(mean_q: float | None, config: Any) -> float | None:
+def mean_q_in_return_units(
+    mean_q: float | None, config: Any, reward_scale: float = 1.0
+) -> float | None:
     """A learner's `mean_q` (the network's rescaled units) in return units: h⁻¹ of the mean
     when the config rescales values (not the mean of h⁻¹; the two are close when the
-    batch's Q-values are), else the mean itself."""
-    if mean_q is None or not config.enable_rescaling:
+    batch's Q-values are), else the mean itself; times `reward_scale` (the learner's,
+    with `normalize_rewards`)."""
+    if mean_q is None:
         return mean_q
-    return float(inverse_rescale(mean_q))
+    value = float(inverse_rescale(mean_q)) if config.enable_rescaling else mean_q
+    return value * reward_scale if getattr(config, "normalize_rewards", False) else value
 
 
 def _learner_scalars(learner: Any) -> dict[str, float | None]:
@@ -42,7 +46,9 @@ def _learner_scalars(learner: Any) -> dict[str, float | None]:
     return {
         "losses/td_loss": m["loss"],
         "losses/q_values_network": m["mean_q"],
-        "losses/q_values_return": mean_q_in_return_units(m["mean_q"], learner.config),
+        "losses/q_values_return": mean_q_in_return_units(
+            m["mean_q"], learner.config, getattr(learner, "reward_scale", 1.0)
+        ),
         "losses/priority": m["mean_priority"],
         "charts/replay_size": len(learner.replay),
         "charts/updates": learner.updates,

@@ -13,6 +13,7 @@ The learner checks every replay array's shape and dtype again when it restores.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -38,9 +39,11 @@ NETWORK_FIELDS = (
     "dense_units",
     "enable_dueling",
     "enable_prev_action_reward",
+    "normalize_rewards",
 )
 """`R2D2Config` fields that change the network's weights: a checkpoint written with other
-values cannot be loaded."""
+values cannot be loaded (`normalize_rewards` adds the reward statistics to the weights,
+and the Q-values of a network trained with it are in other units)."""
 
 
 REPLAY_FIELDS = (
@@ -112,12 +115,22 @@ def config_as_data(config: R2D2Config) -> dict[str, Any]:
 
 
 def _differences(stored: dict[str, Any], config: R2D2Config, names: Any) -> dict:
+    """Field -> (stored value, value now) where they differ; a field the stored config
+    lacks (written before the field existed) counts as its default."""
     now = config_as_data(config)
-    return {
-        name: (stored.get(name), now.get(name))
-        for name in names
-        if name in now and stored.get(name) != now.get(name)
+    defaults = {
+        f.name: f.default
+        for f in dataclasses.fields(R2D2Config)
+        if f.default is not dataclasses.MISSING
     }
+    out = {}
+    for name in names:
+        if name not in now:
+            continue
+        old = stored.get(name, defaults.get(name))
+        if old != now.get(name):
+            out[name] = (old, now.get(name))
+    return out
 
 
 def check_compatible(state: TrainingState, config: R2D2Config, replay: bool = True) -> None:

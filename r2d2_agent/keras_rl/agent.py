@@ -27,13 +27,17 @@ from r2d2_agent.config import R2D2Config
 from r2d2_agent.envs.checks import check_env_matches_config
 from r2d2_agent.envs.gymnasium_env import GymnasiumEnv, as_keras_rl_env
 from r2d2_agent.image_models import ImageModel
-from r2d2_agent.math import annealed_epsilon, inverse_rescale
-from r2d2_agent.networks.weights_io import save_weights_atomic
+from r2d2_agent.math import annealed_epsilon
 from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeObserver, EpisodeResult, Transition
 from r2d2_agent.roles.learner import METRIC_NAMES
-from r2d2_agent.roles.prediction import Prediction, RecurrentState, recurrent_step
+from r2d2_agent.roles.prediction import (
+    Prediction,
+    RecurrentState,
+    q_in_return_units,
+    recurrent_step,
+)
 
 __all__ = ["R2D2Agent"]
 
@@ -230,7 +234,8 @@ class R2D2Agent(rl_core.Agent):
         self._steps_since_sync = 0
 
     def compute_q_values(self, observation: Any) -> np.ndarray:
-        """Q-values of one observation in return units, from the agent's own recurrent state.
+        """Q-values of one observation in return units (h⁻¹ applied when rescaling, times
+        the reward scale with `normalize_rewards`), from the agent's own recurrent state.
 
         That state is the one of the episode the agent is in: the training actor's during
         and after `fit` (where its last step left it), the evaluation actor's otherwise
@@ -239,8 +244,10 @@ class R2D2Agent(rl_core.Agent):
         `reset_states()`. The recurrent state and the frame stack are not advanced. To
         pass the state yourself, use `predict`.
         """
-        q = self.active_actor.q_values(observation)
-        return inverse_rescale(q) if self.config.enable_rescaling else q
+        actor = self.active_actor
+        return q_in_return_units(
+            self.config, actor.q_values(observation), actor.policy.reward_scale
+        )
 
     def predict(
         self,
@@ -311,8 +318,7 @@ class R2D2Agent(rl_core.Agent):
             None if start else state,
             0.0 if reward is None else float(reward),
         )
-        if self.config.enable_rescaling:
-            q = inverse_rescale(q)
+        q = q_in_return_units(self.config, q, self.active_actor.policy.reward_scale)
         if epsilon > 0.0 and self._predict_rng.random() < epsilon:
             action = int(self._predict_rng.integers(self.config.nb_actions))
         else:
@@ -395,7 +401,7 @@ class R2D2Agent(rl_core.Agent):
         Raises:
             FileExistsError: If `filepath` exists and `overwrite` is False.
         """
-        save_weights_atomic(self.learner.online.model, filepath, overwrite)
+        self.learner.save_weights(filepath, overwrite)
 
     # Loops ---------------------------------------------------------------------------
 

@@ -7,19 +7,23 @@ imports TensorFlow) serves the learner's compiled graph and is tested against th
 
 from r2d2_agent.math.priorities import importance_weights, sequence_priorities
 from r2d2_agent.math.rescaling import RESCALE_EPS, inverse_rescale, rescale
+from r2d2_agent.math.reward_scale import REWARD_SCALE_EPS, merge_reward_moments, reward_scale
 from r2d2_agent.math.schedules import annealed_epsilon, apex_epsilon, linear_schedule
 from r2d2_agent.math.targets import n_step_returns, n_step_targets, td_errors
 
 __all__ = [
     "RESCALE_EPS",
+    "REWARD_SCALE_EPS",
     "annealed_epsilon",
     "apex_epsilon",
     "importance_weights",
     "inverse_rescale",
     "linear_schedule",
+    "merge_reward_moments",
     "n_step_returns",
     "n_step_targets",
     "rescale",
+    "reward_scale",
     "sequence_priorities",
     "td_errors",
 ]

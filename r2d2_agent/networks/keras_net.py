@@ -10,6 +10,11 @@ One Keras model serves acting and learning. Its inputs always carry a time axis:
 Outputs: Q-values (batch, time, nb_actions) in the network's units (rescaled space when
 `enable_rescaling`), and with LSTM the final `h`, `c`.
 
+With `normalize_rewards` the model also holds a `RewardStatistics` layer outside the
+graph: the reward count and mean of squares as non-trainable float64 weights
+(`reward_statistics/count`, `reward_statistics/mean_square`), last in `get_weights()`,
+so they travel with the weights (to the actors, into checkpoints and weight files).
+
 For value inputs the layer names are fixed (`encoder_dense`, `lstm`, `value_hidden`,
 `value`, `advantage_hidden`, `advantage`, or `q_hidden`, `q`) so that a numpy forward
 pass (`r2d2_agent.networks.numpy_net`) can run the same weights without TensorFlow.
@@ -24,8 +29,16 @@ import numpy as np
 from r2d2_agent.compat import keras, tf
 from r2d2_agent.config import InputType, R2D2Config
 from r2d2_agent.image_models import DQNImageModel, ImageModel
+from r2d2_agent.math.reward_scale import REWARD_SCALE_EPS, merge_reward_moments, reward_scale
 
-__all__ = ["MAX_STATIC_UNROLL", "DuelingCombine", "R2D2Network", "State", "build_model"]
+__all__ = [
+    "MAX_STATIC_UNROLL",
+    "DuelingCombine",
+    "R2D2Network",
+    "RewardStatistics",
+    "State",
+    "build_model",
+]
 
 State = tuple[Any, Any]
 
@@ -62,6 +75,54 @@ class PrevActionReward(keras.layers.Layer):
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "nb_actions": self.nb_actions}
+
+
+class RewardStatistics(keras.layers.Layer):
+    """The rewards seen so far, as two non-trainable float64 weights: `count` and
+    `mean_square` (`E[r^2]`). Not part of the model's graph: the learner merges new
+    rewards' moments into it (`merge`) and divides rewards by `scale()` in its update.
+
+    Build it with `create` (its weights are then named `<name>/count` and
+    `<name>/mean_square`).
+    """
+
+    @classmethod
+    def create(cls, name: str = "reward_statistics") -> RewardStatistics:
+        """A built layer whose weights carry its name as their scope."""
+        layer = cls(name=name, dtype="float64")
+        with tf.name_scope(name):
+            layer.build(None)
+        return layer
+
+    def build(self, input_shape: Any) -> None:
+        def scalar(name: str) -> Any:
+            return self.add_weight(
+                name=name, shape=(), dtype="float64", initializer="zeros", trainable=False
+            )
+
+        self.count = scalar("count")
+        self.mean_square = scalar("mean_square")
+        super().build(input_shape)
+
+    def call(self, inputs: Any) -> Any:
+        return inputs  # holds statistics only
+
+    def scale(self) -> Any:
+        """`r2d2_agent.math.reward_scale` of the current statistics, as a float32 tensor
+        (usable in a graph: it reads the variables when run)."""
+        rms = tf.sqrt(self.mean_square)
+        ok = tf.logical_and(self.count > 0, rms > REWARD_SCALE_EPS)
+        return tf.cast(tf.where(ok, rms, tf.ones_like(rms)), tf.float32)
+
+    def merge(self, count: float, sum_square: float) -> None:
+        """Adds `count` rewards whose squares sum to `sum_square` (host side, eager)."""
+        if count <= 0:
+            return
+        merged = merge_reward_moments(
+            float(self.count.numpy()), float(self.mean_square.numpy()), count, sum_square / count
+        )
+        self.count.assign(merged[0])
+        self.mean_square.assign(merged[1])
 
 
 def _frames_to_image(x: Any, config: R2D2Config, with_time: bool) -> Any:
@@ -139,7 +200,7 @@ def build_model(
     features_in = keras.Input(shape=(None, width), name="features")
     head = keras.Model(features_in, _head(features_in, config), name="head")
     if not config.enable_lstm:
-        return keras.Model(obs, head(encoder(obs)), name=name)
+        return _with_reward_statistics(keras.Model(obs, head(encoder(obs)), name=name), config)
     mask = keras.Input(shape=(None,), dtype="bool", name="mask")
     h_in = keras.Input(shape=(config.lstm_units,), name="h")
     c_in = keras.Input(shape=(config.lstm_units,), name="c")
@@ -156,7 +217,8 @@ def build_model(
     )
     if not config.enable_prev_action_reward:
         out, h, c = lstm(encoder(obs), initial_state=[h_in, c_in], mask=mask)
-        return keras.Model([obs, mask, h_in, c_in], [head(out), h, c], name=name)
+        model = keras.Model([obs, mask, h_in, c_in], [head(out), h, c], name=name)
+        return _with_reward_statistics(model, config)
     prev_action = keras.Input(shape=(None,), dtype="int32", name="prev_action")
     prev_reward = keras.Input(shape=(None,), name="prev_reward")
     lstm_in = PrevActionReward(config.nb_actions, name="prev_action_reward")(
@@ -164,7 +226,16 @@ def build_model(
     )
     out, h, c = lstm(lstm_in, initial_state=[h_in, c_in], mask=mask)
     inputs = [obs, prev_action, prev_reward, mask, h_in, c_in]
-    return keras.Model(inputs, [head(out), h, c], name=name)
+    return _with_reward_statistics(keras.Model(inputs, [head(out), h, c], name=name), config)
+
+
+def _with_reward_statistics(model: keras.Model, config: R2D2Config) -> keras.Model:
+    """With `normalize_rewards`, attaches a `RewardStatistics` layer to `model` (tracked
+    as one of its layers, after the others: its weights come last in `weights`,
+    `get_weights()` and weight files)."""
+    if config.normalize_rewards:
+        model.reward_statistics = RewardStatistics.create()
+    return model
 
 
 class R2D2Network:
@@ -192,6 +263,10 @@ class R2D2Network:
         self.prev_action_reward = (
             self.model.get_layer("prev_action_reward") if config.enable_prev_action_reward else None
         )
+        self.reward_statistics: RewardStatistics | None = getattr(
+            self.model, "reward_statistics", None
+        )
+        """The reward statistics with `normalize_rewards` (None without)."""
 
     def unroll(
         self,
@@ -246,6 +321,15 @@ class R2D2Network:
                 h, c = tf.where(keeps[t], h_new, h), tf.where(keeps[t], c_new, c)
             outputs.append(h)
         return self.head(tf.stack(outputs, axis=1)), (h, c)
+
+    @property
+    def reward_scale(self) -> float:
+        """What rewards are divided by (`r2d2_agent.math.reward_scale` of the network's
+        reward statistics); 1.0 without `normalize_rewards`."""
+        stats = self.reward_statistics
+        if stats is None:
+            return 1.0
+        return reward_scale(float(stats.count.numpy()), float(stats.mean_square.numpy()))
 
     def initial_state(self, batch_size: int) -> np.ndarray:
         """Zero recurrent state, shape (batch_size, 2, lstm_units)."""

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from r2d2_agent.config import InputType, R2D2Config
+from r2d2_agent.math.reward_scale import reward_scale
 
 __all__ = ["NumpyNetwork", "supports_numpy", "weight_layout"]
 
@@ -67,6 +68,8 @@ def weight_layout(config: R2D2Config) -> list[tuple[str, tuple[int, ...]]]:
             ("q/kernel", (d, a)),
             ("q/bias", (a,)),
         ]
+    if config.normalize_rewards:  # float64 scalars, last (keras_net.RewardStatistics)
+        layout += [("reward_statistics/count", ()), ("reward_statistics/mean_square", ())]
     return layout
 
 
@@ -86,6 +89,9 @@ class NumpyNetwork:
         self.config = config
         self.layout = weight_layout(config)
         self.w: dict[str, np.ndarray] = {}
+        self.reward_scale = 1.0
+        """What rewards are divided by (`r2d2_agent.math.reward_scale` of the weights'
+        reward statistics); 1.0 without `normalize_rewards`."""
         if weights is not None:
             self.set_weights(weights)
 
@@ -96,7 +102,13 @@ class NumpyNetwork:
         for (name, shape), array in zip(self.layout, weights, strict=True):
             if tuple(array.shape) != shape:
                 raise ValueError(f"weight {name}: expected shape {shape}, got {array.shape}")
-            self.w[name] = np.asarray(array, dtype=np.float32)
+            dtype = np.float64 if name.startswith("reward_statistics/") else np.float32
+            self.w[name] = np.asarray(array, dtype=dtype)
+        if self.config.normalize_rewards:
+            self.reward_scale = reward_scale(
+                float(self.w["reward_statistics/count"]),
+                float(self.w["reward_statistics/mean_square"]),
+            )
 
     def step(
         self,

@@ -20,6 +20,10 @@ __all__ = ["KerasPolicy", "Policy"]
 class Policy(Protocol):
     """One-step Q-network with carried state, numpy in and numpy out."""
 
+    reward_scale: float
+    """What rewards are divided by, from the weights' reward statistics
+    (`R2D2Config.normalize_rewards`; 1.0 without)."""
+
     def step(
         self,
         obs: np.ndarray,
@@ -60,6 +64,8 @@ class KerasPolicy:
 
         self.config = config
         self.network = R2D2Network(config, image_model, name="actor")
+        self.reward_scale = self.network.reward_scale
+        """See `Policy.reward_scale`."""
         spec = [
             tf.TensorSpec((None, *config.network_input_shape), tf.float32),
             tf.TensorSpec((None, 2, config.lstm_units), tf.float32),
@@ -102,3 +108,4 @@ class KerasPolicy:
     def set_weights(self, weights: list[np.ndarray]) -> None:
         """See `Policy.set_weights`."""
         self.network.set_weights(weights)
+        self.reward_scale = self.network.reward_scale

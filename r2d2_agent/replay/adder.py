@@ -12,6 +12,11 @@ counter per adder, so ids are unique for the adder's life), and each emitted
 `SequenceRecord` carries the frames no earlier record carried: every frame leaves the
 adder once, however many windows and stacks use it. A sequence names its frames by id
 (`frame_ids`), the observation at position `p` being the stack of frames `p .. p+S-1`.
+
+Rewards leave the adder once too, as moments: each record carries the count and the sum
+of squares of the rewards added since the previous record (`reward_count`,
+`reward_sum_square`), which the learner merges into the network's reward statistics
+(`normalize_rewards`). Overlapping windows do not count a reward twice.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from r2d2_agent.math import n_step_returns, n_step_targets, sequence_priorities, td_errors
+from r2d2_agent.math import (
+    merge_reward_moments,
+    n_step_returns,
+    n_step_targets,
+    reward_scale,
+    sequence_priorities,
+    td_errors,
+)
 from r2d2_agent.replay.layout import SequenceLayout
 
 __all__ = ["FRAME_ID_MODULUS", "SequenceAdder", "SequenceRecord", "Sink"]
@@ -43,12 +55,17 @@ class SequenceRecord:
             frames of earlier records are not repeated).
         first_frame: The id of `frames[0]` modulo `FRAME_ID_MODULUS` (the next id when
             `frames` is empty).
+        reward_count: How many rewards the adder took since its previous record (each
+            reward is counted by one record only).
+        reward_sum_square: The sum of those rewards' squares.
     """
 
     fields: dict[str, np.ndarray]
     priority: float
     frames: np.ndarray
     first_frame: int
+    reward_count: int = 0
+    reward_sum_square: float = 0.0
 
 
 Sink = Callable[[SequenceRecord], None]
@@ -79,7 +96,9 @@ class SequenceAdder:
 
     The initial priority uses the recorded acting Q-values as both online and target
     network: `delta_t = n_step_targets(G_t, D_t, Q(s_{t+K}), Q(s_{t+K})) - Q(s_t, a_t)` and
-    `priority = sequence_priorities(delta, mask, eta)`.
+    `priority = sequence_priorities(delta, mask, eta)`. With `normalize_rewards`, `G_t`
+    is divided by the reward scale of every reward this adder has seen
+    (`r2d2_agent.math.reward_scale`), as the learner divides it by the run's.
 
     Args:
         sink: Called with each finished `SequenceRecord`.
@@ -89,6 +108,7 @@ class SequenceAdder:
         priority_eta: Max/mean mixing of the priority, in `[0, 1]`.
         rescaling: Whether Q-values are in the rescaled (`h`) space.
         double_q: Double-Q bootstrap for the initial priority.
+        normalize_rewards: Divide the returns of the initial priority by the reward scale.
 
     Raises:
         ValueError: If `sink` is not callable or `gamma`/`priority_eta` is outside [0, 1].
@@ -103,6 +123,7 @@ class SequenceAdder:
         priority_eta: float,
         rescaling: bool,
         double_q: bool = True,
+        normalize_rewards: bool = False,
     ) -> None:
         if not callable(sink):
             raise ValueError(f"sink must be callable, got {sink!r}")
@@ -116,6 +137,9 @@ class SequenceAdder:
         self._eta = float(priority_eta)
         self._rescaling = bool(rescaling)
         self._double_q = bool(double_q)
+        self._normalize = bool(normalize_rewards)
+        self._new_rewards = [0, 0.0]  # count, sum of squares since the last record
+        self._reward_moments = (0.0, 0.0)  # count, mean square of every reward seen
         self._steps: deque[_Step] = deque()
         self._base = 0  # episode index of self._steps[0]
         self._next_start = 0  # start q of the next window to emit
@@ -130,8 +154,14 @@ class SequenceAdder:
         """Number of per-step records currently buffered (diagnostic)."""
         return len(self._steps)
 
+    @property
+    def reward_scale(self) -> float:
+        """The reward scale of every reward this adder has sent (`reward_scale`)."""
+        return reward_scale(*self._reward_moments)
+
     def reset(self) -> None:
-        """Drops the current episode without emitting anything (frame ids go on)."""
+        """Drops the current episode without emitting anything (frame ids go on; the
+        moments of its rewards go with the next record)."""
         self._steps.clear()
         self._base = 0
         self._next_start = 0
@@ -203,6 +233,8 @@ class SequenceAdder:
         step = self._steps[-1]
         step.action = int(action)
         step.reward = float(reward)
+        self._new_rewards[0] += 1
+        self._new_rewards[1] += step.reward * step.reward
         step.state = st
         step.q = q
         self._steps.append(nxt)
@@ -290,6 +322,9 @@ class SequenceAdder:
         seq["bootstrap_discount"][:real] = disc[:real]
         seq["bootstrap_index"][:] = idx + np.pad(k[:real], (0, length - real))
         seq["mask"][:real] = 1.0
+        new_count, new_sum_square = self._take_new_rewards()
+        if self._normalize:
+            g = g / self.reward_scale
         # Initial priority from the acting Q-values (online == target).
         q_boot = np.stack([steps[t - base].q for t in start + seq["bootstrap_index"][:real]])
         q_now = np.stack([steps[t - base].q for t in range(start, start + real)])
@@ -304,13 +339,29 @@ class SequenceAdder:
         )
         priority = sequence_priorities(td_errors(y, q_taken), np.ones(real), self._eta)
         newest = self._episode_first_id + min(start + length + n - 1, last)
-        self._sink(self._record(seq, float(priority), newest))
+        self._sink(self._record(seq, float(priority), newest, new_count, new_sum_square))
+
+    def _take_new_rewards(self) -> tuple[int, float]:
+        """The moments of the rewards added since the last record (zeroed), merged into
+        the adder's own."""
+        count, sum_square = self._new_rewards
+        self._new_rewards = [0, 0.0]
+        if count:
+            self._reward_moments = merge_reward_moments(
+                *self._reward_moments, count, sum_square / count
+            )
+        return count, sum_square
 
     def _record(
-        self, fields: dict[str, np.ndarray], priority: float, newest: int
+        self,
+        fields: dict[str, np.ndarray],
+        priority: float,
+        newest: int,
+        reward_count: int,
+        reward_sum_square: float,
     ) -> SequenceRecord:
         """Wraps a sequence with the frames it uses (up to id `newest`) that no earlier
-        record carried."""
+        record carried, and the moments of the rewards no earlier record carried."""
         first = self._sent_upto + 1
         count = max(newest - self._sent_upto, 0)
         offset = first - self._episode_first_id - self._base  # index in self._steps
@@ -321,4 +372,11 @@ class SequenceAdder:
             else np.zeros((0, *self.layout.frame_shape), self.layout.frame_dtype)
         )
         self._sent_upto = max(self._sent_upto, newest)
-        return SequenceRecord(fields, priority, frames_array, first % FRAME_ID_MODULUS)
+        return SequenceRecord(
+            fields,
+            priority,
+            frames_array,
+            first % FRAME_ID_MODULUS,
+            reward_count,
+            reward_sum_square,
+        )

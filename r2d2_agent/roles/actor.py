@@ -124,14 +124,18 @@ class R2D2Actor:
 
     def _policy_step(self, stacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One policy step from the current state (with the previous action and reward
-        when the network takes them)."""
+        when the network takes them; the reward divided by the policy's reward scale with
+        `normalize_rewards`, as the learner divides it)."""
         if not self.config.enable_prev_action_reward:
             return self.policy.step(stacked[None], self._state)
+        reward = self._prev_reward
+        if self.config.normalize_rewards:
+            reward /= self.policy.reward_scale
         return self.policy.step(
             stacked[None],
             self._state,
             np.array([self._prev_action], np.int32),
-            np.array([self._prev_reward], np.float32),
+            np.array([reward], np.float32),
         )
 
     def stacked_observation(self) -> np.ndarray:

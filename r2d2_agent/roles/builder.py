@@ -108,6 +108,7 @@ class R2D2Builder:
             priority_eta=self.config.priority_eta,
             rescaling=self.config.enable_rescaling,
             double_q=self.config.enable_double_dqn,
+            normalize_rewards=self.config.normalize_rewards,
         )
 
     def make_actor(

@@ -5,6 +5,11 @@ learner process: it takes finished sequences through `add`, trains with `step`, 
 out weights with `get_weights`. `save` and `restore` (as Acme's learner) hand its whole
 state, counters included (and the replay memory when asked), to and from a checkpoint.
 `R2D2Builder.make_learner` builds it from a config.
+
+With `normalize_rewards`, every record brings the moments of the rewards it adds; the
+learner merges them into the online network's `RewardStatistics` (before each update, and
+before handing out or saving weights) and divides the n-step returns and the
+previous-reward input by their scale in the update's graph.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from r2d2_agent.checkpoints import (
 from r2d2_agent.compat import keras, tf
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.math import importance_weights, linear_schedule, tf_ops
+from r2d2_agent.math.reward_scale import reward_scale
 from r2d2_agent.networks.keras_net import R2D2Network
+from r2d2_agent.networks.weights_io import save_weights_atomic
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.replay.sequence_replay import SequenceReplay
 
@@ -77,6 +84,7 @@ class R2D2Learner:
         learner: the single-process agent, or a distributed backend's shared counters);
         `counters()` adds the learner's own counts."""
         self.last_metrics: dict[str, float] = {}
+        self._new_rewards = [0, 0.0]  # count, sum of squares not yet in the statistics
         # AutoGraph only for an image model that asks for it (`ImageModel.autograph`): the
         # update's own control flow is plain Python over static shapes and config flags,
         # and converting it took half of the tracing time.
@@ -111,6 +119,29 @@ class R2D2Learner:
         """
         self.replay.add(record, stream)
         self.sequences_added += 1
+        self._new_rewards[0] += record.reward_count
+        self._new_rewards[1] += record.reward_sum_square
+
+    def flush_reward_statistics(self) -> None:
+        """Merges the moments of the rewards received since the last call into the online
+        network's reward statistics (`normalize_rewards`; a no-op without). `learn`,
+        `get_weights`, `save`, `save_weights` and `reward_scale` call it."""
+        count, sum_square = self._new_rewards
+        self._new_rewards = [0, 0.0]
+        stats = self.online.reward_statistics
+        if stats is not None and count > 0:
+            stats.merge(count, sum_square)
+
+    @property
+    def reward_scale(self) -> float:
+        """What rewards are divided by: the root mean square of every reward received
+        (`r2d2_agent.math.reward_scale`); 1.0 without `normalize_rewards`. The network's
+        Q-values times this (after h⁻¹) are in return units."""
+        self.flush_reward_statistics()
+        stats = self.online.reward_statistics
+        if stats is None:
+            return 1.0
+        return reward_scale(float(stats.count.numpy()), float(stats.mean_square.numpy()))
 
     @property
     def ready(self) -> bool:
@@ -118,7 +149,8 @@ class R2D2Learner:
         return len(self.replay) >= self.config.warmup
 
     def get_weights(self) -> list[np.ndarray]:
-        """The online network's weights."""
+        """The online network's weights (with the reward statistics up to date)."""
+        self.flush_reward_statistics()
         return self.online.get_weights()
 
     def set_weights(self, weights: list[np.ndarray]) -> None:
@@ -149,9 +181,19 @@ class R2D2Learner:
                     path,
                     f"weights file {path} does not fit this network ({exc}); load weights "
                     "saved from a network with the same input_shape, nb_actions, "
-                    "lstm_units, dense_units, enable_dueling and image model",
+                    "lstm_units, dense_units, enable_dueling, enable_prev_action_reward, "
+                    "normalize_rewards and image model",
                 ) from exc
         self.update_target()
+
+    def save_weights(self, filepath: str | os.PathLike[str], overwrite: bool = False) -> None:
+        """Saves the online weights (reward statistics included) to HDF5, atomically.
+
+        Raises:
+            FileExistsError: If `filepath` exists and `overwrite` is False.
+        """
+        self.flush_reward_statistics()
+        save_weights_atomic(self.online.model, filepath, overwrite)
 
     def update_target(self) -> None:
         """Copies the online weights into the target network."""
@@ -182,6 +224,7 @@ class R2D2Learner:
         """
         from r2d2_agent import __version__
 
+        self.flush_reward_statistics()
         variables = self._optimizer_variables()
         return TrainingState(
             online_weights=self.online.get_weights(),
@@ -327,6 +370,7 @@ class R2D2Learner:
         Returns:
             The sequences' new priorities (`last_metrics` holds the update's metrics).
         """
+        self.flush_reward_statistics()
         loss, priorities, mean_q = self._train(batch, np.asarray(is_weights, np.float32))
         priorities = priorities.numpy()
         self.updates += 1
@@ -363,7 +407,12 @@ class R2D2Learner:
             batch["frames"], batch["obs_mask"], cfg.sequence_length, cfg.input_sequence
         )
         mask = tf.cast(batch["mask"], tf.float32)
-        burn_extra, trained_extra = _split_prev_action_reward(batch, b)
+        # With normalize_rewards, rewards in units of the reward scale (the root mean
+        # square of every reward received): the returns and the previous-reward input.
+        stats = self.online.reward_statistics
+        scale = stats.scale() if stats is not None else None
+        returns = batch["returns"] if scale is None else batch["returns"] / scale
+        burn_extra, trained_extra = _split_prev_action_reward(batch, b, scale)
         state = batch["state"]
         online_state = target_state = (state[:, 0], state[:, 1])
         if cfg.enable_lstm and b > 0:
@@ -389,7 +438,7 @@ class R2D2Learner:
             q_boot_target = tf.gather(q_target_all, bootstrap_index, batch_dims=1)
             y = tf.stop_gradient(
                 tf_ops.n_step_targets(
-                    batch["returns"],
+                    returns,
                     batch["bootstrap_discount"],
                     q_boot_online,
                     q_boot_target,
@@ -410,13 +459,16 @@ class R2D2Learner:
 
 
 def _split_prev_action_reward(
-    batch: dict[str, Any], burnin: int
+    batch: dict[str, Any], burnin: int, reward_scale: Any = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The previous actions and rewards of the burn-in and of the trained steps, as
-    `R2D2Network.unroll` keyword arguments (empty without them)."""
+    """The previous actions and rewards (divided by `reward_scale` unless it is None) of
+    the burn-in and of the trained steps, as `R2D2Network.unroll` keyword arguments
+    (empty without them)."""
     if "prev_actions" not in batch:
         return {}, {}
     actions, rewards = batch["prev_actions"], batch["prev_rewards"]
+    if reward_scale is not None:
+        rewards = rewards / reward_scale
     burn = {"prev_action": actions[:, :burnin], "prev_reward": rewards[:, :burnin]}
     trained = {"prev_action": actions[:, burnin:], "prev_reward": rewards[:, burnin:]}
     return burn, trained

@@ -15,9 +15,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from r2d2_agent.config import R2D2Config
+from r2d2_agent.math import inverse_rescale
 from r2d2_agent.networks.policies import Policy
 
-__all__ = ["Prediction", "RecurrentState", "recurrent_step"]
+__all__ = ["Prediction", "RecurrentState", "q_in_return_units", "recurrent_step"]
 
 
 def _read_only(array: Any) -> np.ndarray:
@@ -50,7 +51,8 @@ class Prediction(NamedTuple):
     Attributes:
         action: The chosen action.
         q_values: Q-values of the observation, (nb_actions,), in return units (h⁻¹
-            applied when the config rescales values).
+            applied when the config rescales values, times the reward scale when it
+            normalizes rewards).
         state: The state to pass with the episode's next observation.
     """
 
@@ -74,7 +76,8 @@ def recurrent_step(
         observation: The new observation.
         state: The state after the previous step of the episode; None starts an episode
             at `observation` (zero LSTM state, zero frames before it, no previous action).
-        reward: The reward of the previous step (used with `enable_prev_action_reward`).
+        reward: The reward of the previous step (used with `enable_prev_action_reward`;
+            divided by `policy.reward_scale` with `normalize_rewards`, as the actor does).
 
     Returns:
         (Q-values in network units, shape (nb_actions,); the LSTM state after the step,
@@ -88,6 +91,8 @@ def recurrent_step(
     else:
         previous = list(state.frames[1:])
         lstm, prev_action, prev_reward = state.lstm, state.action, float(reward)
+        if config.normalize_rewards:
+            prev_reward /= policy.reward_scale
     frames = (*previous, frame)
     stacked = np.stack(frames)[None]
     if config.enable_prev_action_reward:
@@ -100,3 +105,17 @@ def recurrent_step(
     else:
         q, next_lstm = policy.step(stacked, lstm[None])
     return q[0], _read_only(next_lstm[0]), tuple(_read_only(f) for f in frames)
+
+
+def q_in_return_units(config: R2D2Config, q: np.ndarray, reward_scale: float) -> np.ndarray:
+    """Q-values from the network's units to return units: h⁻¹ when the config rescales
+    values, then times the reward scale when it normalizes rewards.
+
+    Args:
+        config: The agent's configuration.
+        q: Q-values as the network computed them.
+        reward_scale: The reward scale of the weights that computed them
+            (`Policy.reward_scale`).
+    """
+    q = inverse_rescale(q) if config.enable_rescaling else np.asarray(q)
+    return q * reward_scale if config.normalize_rewards else q
