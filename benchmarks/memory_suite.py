@@ -153,6 +153,13 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- ours
 
 
+def log_eval(point: tuple[int, float], start: float) -> None:
+    """One progress line on stderr per evaluation (the suite keeps it in a log file)."""
+    steps, mean = point
+    wall = time.perf_counter() - start
+    print(f"[eval] env_steps={steps} mean={mean:.3f} wall={wall:.0f}s", file=sys.stderr, flush=True)
+
+
 def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     """Our single-process R2D2Agent, trained in chunks with a greedy evaluation after each."""
     from r2d2_agent.compat import tf  # noqa: PLC0415
@@ -188,6 +195,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         steps += chunk
         history = agent.test(eval_env, nb_episodes=EVAL_EPISODES, visualize=False, verbose=0)
         curve.append((steps, float(np.mean(history.history["episode_reward"]))))
+        log_eval(curve[-1], start)
     wall = time.perf_counter() - start
     return {
         **summarise_curve(curve, score_range, args.threshold),
@@ -274,6 +282,7 @@ def run_rppo_here(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 curve.append((self.num_timesteps, float(np.mean(returns))))
                 eval_wall[0] += time.perf_counter() - t0
+                log_eval(curve[-1], start)
             return True
 
     start = time.perf_counter()
@@ -318,10 +327,10 @@ def run_rppo(args: argparse.Namespace) -> dict[str, Any]:
     cmd += ["--eval-every", str(args.eval_every), "--threshold", str(args.threshold)]
     cmd += ["--reward-scale", str(args.reward_scale)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # stderr: ours
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"the RecurrentPPO run failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"the RecurrentPPO run failed (exit {proc.returncode})")
     return json.loads(lines[-1])
 
 
@@ -406,14 +415,19 @@ def cmd_suite(args: argparse.Namespace) -> None:
                     cmd += ["--peers-python", args.peers_python]
                 jobs.append((key, cmd))
 
+    logs = out.with_name(out.stem + "_logs")
+    logs.mkdir(exist_ok=True)
+
     def run(job: tuple[tuple, list[str]]) -> dict[str, Any]:
         key, cmd = job
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        name = "_".join(str(part) for part in key).replace(":", "-").replace("/", "-")
+        log = logs / f"{name[:150]}.log"
+        with log.open("w") as stderr:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         if proc.returncode != 0 or not lines:
-            return dict(
-                zip(["agent", "task", "seed", "budget", "reward_scale"], key, strict=True)
-            ) | {"error": proc.stderr[-2000:]}
+            fields = ["agent", "task", "seed", "budget", "reward_scale"]
+            return dict(zip(fields, key, strict=True)) | {"error": log.read_text()[-2000:]}
         return json.loads(lines[-1])
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
