@@ -78,10 +78,15 @@ BENCHMARKS = {
         ["bench_frames.py", "--capacity", "80", "--repeats", "2"],
         ["bench_frames.py", "--capacity", "300", "--repeats", "10"],
     ),
+    "acting": (
+        ["bench_acting.py", "--seconds", "0.5", "--ns", "1", "16", "--no-ale"],
+        ["bench_acting.py", "--seconds", "2", "--ns", "1", "4", "16", "32", "64"],
+    ),
     "learning": (
         ["bench_learning.py", "--env", "cartpole", "--seeds", "0", "--budget", "5000"],
         ["bench_learning.py", "--env", "cartpole", "--seeds", "0", "1", "2"],
     ),
+    "chaos": (["chaos.py", "--minutes", "2"], ["chaos.py"]),
 }
 """Name -> (quick arguments, full arguments)."""
 

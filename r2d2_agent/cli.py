@@ -75,6 +75,10 @@ PRESETS = {
 """Every public preset of `r2d2_agent.presets`, by name without its `_config` suffix."""
 
 RESULT_FILE = "result.json"
+
+_EXIT_CODES = {"interrupted": 130, "sigterm": 143, "sighup": 129}
+"""The command's exit code after a stop from outside (128 + the signal's number, as a
+shell reports a process killed by it); 0 after any other stop."""
 """The run's outcome in its run directory: the `TrainResult` counters, every evaluation,
 the best one and whether it reached the stop return."""
 
@@ -624,7 +628,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"continue with: {_resume_command(argv, plan.run_dir)}  (raise --nb-steps: it counts "
         "the checkpoint's env steps)"
     )
-    return 0 if summary["stop_reason"] != "interrupted" else 130
+    return _EXIT_CODES.get(summary["stop_reason"], 0)
 
 
 if __name__ == "__main__":

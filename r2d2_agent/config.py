@@ -64,7 +64,8 @@ def check_frame_shape(input_type: InputType, input_shape: tuple[int, ...]) -> No
 class R2D2Config:
     """Hyperparameters of an R2D2 agent. Defaults are the paper's Atari settings.
 
-    Units: "env steps" count environment transitions of one actor, "learner updates" count
+    Units: "env steps" count environment transitions of one actor (of all its
+    `envs_per_actor` envs), "learner updates" count
     gradient steps, "sequences" count replay items of `sequence_length` observations.
 
     Example:
@@ -159,7 +160,13 @@ class R2D2Config:
     train_interval: int = 4
     """Single-process agent: env steps between learner updates."""
     actor_sync_interval: int = 400
-    """Env steps between an actor's pulls of the learner's weights."""
+    """Env steps between an actor's pulls of the learner's weights (with several envs per
+    actor, its env steps of all of them)."""
+    envs_per_actor: int = 1
+    """Envs one actor process steps side by side, in envs (N): it selects all N actions
+    with one batched forward pass, each env keeping its own recurrent state, frame stack,
+    episodes, sequences and Ape-X ε (spread over all actors' envs). An actor's env steps,
+    and so the learner's env-steps-per-update rate limit, count the steps of all N envs."""
     epsilon: float = 0.4
     """Base ε of the Ape-X schedule ε_i = ε^(1 + α·i/(N-1)): a probability of a random
     action per env step, in [0, 1]."""
@@ -174,7 +181,8 @@ class R2D2Config:
     test_epsilon: float = 0.0
     """ε of `R2D2Agent.test` and evaluations, a probability in [0, 1] (0 = greedy)."""
     seed: int | None = None
-    """Global seed (an int >= 0); actor i uses seed + i. None draws fresh randomness."""
+    """Global seed (an int >= 0); env j of actor i uses seed + i * envs_per_actor + j
+    (seed + i with one env per actor). None draws fresh randomness."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_shape", tuple(int(d) for d in self.input_shape))
@@ -198,6 +206,7 @@ class R2D2Config:
             "target_update_interval",
             "train_interval",
             "actor_sync_interval",
+            "envs_per_actor",
         )
         for name in positive:
             _check_int(name, getattr(self, name), minimum=1)

@@ -11,6 +11,9 @@ adds a panel: its values against env steps, one line per process that logged it.
 Without `-o` the picture is written to `RUN_DIR/learning_curve.png`. Also available at the
 end of a run as `RunLogCallback(..., plot=True)`.
 
+`plot_state_discrepancy` draws the recurrent-state diagnostic
+(`R2D2Agent.state_discrepancy`, Kapturowski et al. 2019, Fig. 1).
+
 This module imports matplotlib (never TensorFlow); the TF-free layers never import it.
 """
 
@@ -21,12 +24,13 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from r2d2_agent.runlog import RunLog, read_run
 
-__all__ = ["DEFAULT_NAME", "main", "moving_average", "plot_run"]
+__all__ = ["DEFAULT_NAME", "main", "moving_average", "plot_run", "plot_state_discrepancy"]
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +156,20 @@ def plot_run(
         config = log.info["config"]
         title += f"  (lstm {config.get('lstm_units')}, lr {config.get('learning_rate')})"
     figure.suptitle(title)
+    return _save(figure, output)
+
+
+_DISCREPANCY_STYLES = {
+    # variant: (label, colour, line style) -- stored solid, zero dashed; burn-in darker
+    "stored_burnin": ("stored state, burn-in", "tab:blue", "-"),
+    "stored": ("stored state, no burn-in", "tab:cyan", "-"),
+    "zero_burnin": ("zero state, burn-in", "tab:red", "--"),
+    "zero": ("zero state, no burn-in", "tab:orange", "--"),
+}
+
+
+def _save(figure: Any, output: str) -> str:
+    """Writes a figure to `output` atomically (temporary file, then rename)."""
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     tmp = f"{output}.{os.getpid()}.tmp.png"
     try:
@@ -161,6 +179,63 @@ def plot_run(
         if os.path.exists(tmp):
             os.remove(tmp)
     return output
+
+
+def plot_state_discrepancy(
+    result: Any,
+    path: str | os.PathLike[str],
+    title: str | None = None,
+    log_scale: bool = False,
+    statistic: str = "mean",
+) -> str:
+    """Draws the recurrent-state diagnostic: mean Q-value discrepancy against the step
+    of the trained window, one curve per start (stored or zero state, with or without
+    burn-in), as Kapturowski et al. (2019), Fig. 1.
+
+    Args:
+        result: A `StateDiscrepancy` (`R2D2Agent.state_discrepancy`): its `by_step`,
+            `counts`, `burnin`, `nb_sequences` and `nb_episodes` are used.
+        path: The PNG file to write.
+        title: The figure's title (default: burn-in and how many sequences).
+        log_scale: A logarithmic y axis.
+        statistic: "mean" (`by_step`, the paper's) or "median" (`median_by_step`) over
+            the sequences.
+
+    Returns:
+        The file written.
+
+    Raises:
+        ValueError: If `result` holds no variant to draw, or on another `statistic`.
+    """
+    from matplotlib.figure import Figure
+
+    if statistic not in ("mean", "median"):
+        raise ValueError(f'statistic must be "mean" or "median", got {statistic!r}')
+    by_step = getattr(result, "by_step" if statistic == "mean" else "median_by_step", None)
+    if not by_step or not any(name in by_step for name in _DISCREPANCY_STYLES):
+        raise ValueError(f"result has no state discrepancy to draw: {result!r}")
+    figure = Figure(figsize=(7.5, 4.5), layout="constrained")
+    ax = figure.subplots()
+    for name, (label, colour, style) in _DISCREPANCY_STYLES.items():
+        if name in by_step:
+            values = np.asarray(by_step[name], dtype=np.float64)
+            ax.plot(np.arange(values.size), values, style, color=colour, marker=".", label=label)
+    ax.set_xlabel("step of the trained window (after burn-in)")
+    ax.set_ylabel(f"{statistic} ΔQ = ‖q(ĥ) − q(h*)‖₂ / |max q(h*)|")
+    if log_scale:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0.0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    if title is None:
+        title = (
+            f"recurrent-state discrepancy: burn-in {getattr(result, 'burnin', '?')}, "
+            f"{getattr(result, 'nb_sequences', '?')} sequences of "
+            f"{getattr(result, 'nb_episodes', '?')} episodes"
+        )
+    ax.set_title(title, fontsize="medium")
+    return _save(figure, os.fspath(path))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

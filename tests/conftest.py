@@ -85,8 +85,9 @@ def cartpole(make_cartpole) -> gym.Env:
     return make_cartpole()
 
 
-# Shared-memory segments of the package are named <prefix>_<pid>_<hex>: the manager's use the
-# prefix "r2d2", those that the transport tests create "r2d2t".
+# Shared-memory segments of the package are named <prefix>_<pid>_<start>_<scope>_<hex> on Linux
+# (<prefix>_<pid>_<hex> elsewhere; r2d2_agent.leftovers): the manager's use the prefix "r2d2",
+# those that the transport tests create "r2d2t".
 _SEGMENT = re.compile(r"r2d2t?_(\d+)_")
 
 

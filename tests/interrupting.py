@@ -1,10 +1,11 @@
-"""A script run as a user runs it, then interrupted as a terminal's Ctrl-C does.
+"""A script run as a user runs it, then interrupted as a terminal's Ctrl-C (or a scheduler's
+SIGTERM) does.
 
 `interrupt_script` writes the script, starts it in a session of its own, waits for its
-`READY <json>` line, sends SIGINT to its whole process group, and waits for its
-`RESULT <json>` line and its exit. A script that hangs or fails is killed with its group
-(and the shared-memory segments its manager can then no longer unlink are removed), and
-the assertion names what was missing with the script's stderr.
+`READY <json>` line, sends SIGINT (or the signal it is given) to its whole process group,
+and waits for its `RESULT <json>` line and its exit. A script that hangs or fails is
+killed with its group (and the shared-memory segments its manager can then no longer
+unlink are removed), and the assertion names what was missing with the script's stderr.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ def _unlink_segments_of(pid: int) -> None:
 def _default_sigint() -> None:
     """In the child before exec: SIGINT at its default, so that Python installs its
     `KeyboardInterrupt` handler even if the tests run with SIGINT ignored (as a background
-    job of a non-interactive shell, for one)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    job of a non-interactive shell, for one); SIGTERM and SIGHUP too (`nohup` ignores
+    SIGHUP)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def interrupt_script(
@@ -39,6 +42,7 @@ def interrupt_script(
     folder: pathlib.Path,
     env: dict[str, str] | None = None,
     ready_timeout: float = 120,
+    sig: signal.Signals = signal.SIGINT,
 ) -> SimpleNamespace:
     """Runs `text` as `folder/run_manager.py` and interrupts it once it printed READY.
 
@@ -47,10 +51,12 @@ def interrupt_script(
         folder: Where it is written and run (its working directory).
         env: The script's environment (default: this process's).
         ready_timeout: Seconds to wait for its READY line.
+        sig: The signal sent to its process group (SIGINT: a terminal's Ctrl-C; SIGTERM:
+            what `docker stop`, systemd, Kubernetes and Slurm send).
 
     Returns:
         `ready` and `result` (the JSON of its two lines), `exitcode`, `stderr`, `pid`
-        (also its process group and session id) and `seconds` from the SIGINT to its exit.
+        (also its process group and session id) and `seconds` from the signal to its exit.
     """
     script = folder / "run_manager.py"
     script.write_text(text)
@@ -82,7 +88,7 @@ def interrupt_script(
 
     try:
         ready = expect("READY ", ready_timeout)
-        os.killpg(proc.pid, signal.SIGINT)  # like a terminal's Ctrl-C: the whole group
+        os.killpg(proc.pid, sig)  # like a terminal's Ctrl-C: the whole group
         start = time.monotonic()
         result = expect("RESULT ", 60)
         exitcode = proc.wait(60)
@@ -91,6 +97,7 @@ def interrupt_script(
         if proc.poll() is None:  # a failed run: end the whole session, children included
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if proc.returncode is not None and proc.returncode < 0:  # killed by a signal
             _unlink_segments_of(proc.pid)  # its manager can no longer unlink them
     return SimpleNamespace(
         ready=ready,
@@ -100,3 +107,43 @@ def interrupt_script(
         pid=proc.pid,
         seconds=seconds,
     )
+
+
+def run_script(
+    text: str,
+    folder: pathlib.Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> SimpleNamespace:
+    """Runs `text` as `folder/run_manager.py` in a session of its own until it exits.
+
+    A script still running after `timeout` seconds is killed with its group, and the
+    assertion says so with its stderr. Segments of a manager killed by a signal are
+    removed.
+
+    Returns:
+        `exitcode`, `stdout` and `stderr` (text) and `pid`.
+    """
+    script = folder / "run_manager.py"
+    script.write_text(text)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=folder,
+        start_new_session=True,
+        preexec_fn=_default_sigint,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        message = f"the script still ran after {timeout} s; stderr:\n{stderr[-3000:]}"
+        raise AssertionError(message) from None
+    finally:
+        if proc.returncode is not None and proc.returncode < 0:
+            _unlink_segments_of(proc.pid)
+    return SimpleNamespace(exitcode=proc.returncode, stdout=stdout, stderr=stderr, pid=proc.pid)

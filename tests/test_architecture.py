@@ -3,7 +3,8 @@ TensorFlow so that the manager's parent and numpy actors never load it.
 
 Layers, bottom to top (a module may import its own subpackage and any lower layer):
 
-    0  config, compat          the configuration; TensorFlow/keras-rl glue
+    0  config, compat          the configuration; TensorFlow/keras-rl glue;
+       leftovers               owner-tagged names of temporary files and segments
     1  math, presets           pure functions; tested configurations
     2  image_models            the ImageModel plug-in
     3  networks, replay, envs  Keras/numpy networks; sequence replay; env checks/adapter;
@@ -29,6 +30,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "r2d2_agent"
 LAYERS = {
     "config": 0,
     "compat": 0,
+    "leftovers": 0,
     "math": 1,
     "presets": 1,
     "image_models": 2,
@@ -118,6 +120,7 @@ def test_the_compat_module_and_the_config_import_nothing_of_the_package(name):
         "r2d2_agent.testing",
         "r2d2_agent.presets",
         "r2d2_agent.cli",
+        "r2d2_agent.leftovers",
     ],
 )
 def test_module_imports_without_tensorflow(module):

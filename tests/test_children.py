@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from r2d2_agent.distributed.mp.children import sigint_deferred
+from r2d2_agent.distributed.mp.children import signals_deferred
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +25,7 @@ def python_sigint_handler():
 
 def test_a_ctrl_c_during_the_window_is_raised_when_it_ends():
     with pytest.raises(KeyboardInterrupt):
-        with sigint_deferred():
+        with signals_deferred():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
 
@@ -33,7 +33,7 @@ def test_a_ctrl_c_during_the_window_is_raised_when_it_ends():
 def test_a_ctrl_c_is_not_raised_inside_the_window():
     reached_the_end = False
     with pytest.raises(KeyboardInterrupt):
-        with sigint_deferred():
+        with signals_deferred():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
             reached_the_end = True
@@ -43,7 +43,7 @@ def test_a_ctrl_c_is_not_raised_inside_the_window():
 def test_the_window_restores_the_mask_and_the_handler():
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     handler = signal.getsignal(signal.SIGINT)
-    with sigint_deferred():
+    with signals_deferred():
         assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask
     assert signal.getsignal(signal.SIGINT) is handler
@@ -56,7 +56,7 @@ def _report_sigint_blocked(queue) -> None:
 def test_a_child_started_in_the_window_starts_with_sigint_blocked():
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    with sigint_deferred():
+    with signals_deferred():
         child = ctx.Process(target=_report_sigint_blocked, args=(queue,))
         child.start()
     try:

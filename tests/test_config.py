@@ -176,6 +176,7 @@ _UNITS = {
     "is_anneal_updates": r"learner updates?",
     "train_interval": r"env steps?",
     "actor_sync_interval": r"env steps?",
+    "envs_per_actor": r"envs?",
     "gamma": r"per env step",
 }
 

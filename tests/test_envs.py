@@ -10,6 +10,7 @@ from gymnasium import spaces
 
 from r2d2_agent.compat import rl_core
 from r2d2_agent.envs import GymnasiumEnv, as_keras_rl_env, check_env_spaces
+from r2d2_agent.envs.checks import check_env_reset
 
 
 @pytest.fixture
@@ -192,3 +193,40 @@ def test_gymnasium_env_close_is_idempotent(cartpole):
     env = as_keras_rl_env(cartpole, seed=3)
     env.close()
     env.close()
+
+
+# ----------------------------------------------------- pre-flight reset check --------
+class _ResetRaises(gym.Wrapper):
+    def reset(self, **kwargs):
+        raise KeyError("no such level")
+
+
+class _ResetReturnsObservationOnly(gym.Wrapper):
+    def reset(self, **kwargs):
+        return self.env.reset(**kwargs)[0]  # the old gym API
+
+
+class _ResetReturnsWrongShape(gym.Wrapper):
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        return observation[:2], info
+
+
+def test_check_env_reset_passes_a_gymnasium_env(cartpole):
+    check_env_reset(cartpole, seed=0)
+
+
+def test_check_env_reset_reports_an_env_failing_in_reset_with_its_error(cartpole):
+    with pytest.raises(ValueError, match=r"reset\(\) failed: KeyError: 'no such level'") as info:
+        check_env_reset(_ResetRaises(cartpole))
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_check_env_reset_refuses_the_old_gym_reset(cartpole):
+    with pytest.raises(ValueError, match=r"\(observation, info\)"):
+        check_env_reset(_ResetReturnsObservationOnly(cartpole))
+
+
+def test_check_env_reset_refuses_an_observation_of_another_shape(cartpole):
+    with pytest.raises(ValueError, match=r"shape \(2,\).*shape \(4,\)"):
+        check_env_reset(_ResetReturnsWrongShape(cartpole))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -184,6 +185,20 @@ def test_board_passes_stop_requests_to_the_driver_once():
     board.request_stop("actor 0: enough")
     assert board.snapshot().stop_requests == ("actor 0: enough",)
     assert board.snapshot().stop_requests == ()
+
+
+def test_board_tells_the_driver_each_workers_silence_and_who_is_busy():
+    board = RunBoard((0,), (0,))
+    board.actor_report(ActorReport(0, 5, 0))
+    board.set_busy("learner", True)  # its keep-alive thread then sends heartbeats
+    board.heartbeat("learner")
+    snap = board.snapshot()
+    silences = dict(snap.silent_for)
+    assert set(silences) == {"actor 0", "learner"}
+    assert all(0.0 <= seconds < 60.0 for seconds in silences.values())
+    assert snap.busy == ("learner",)
+    board.set_busy("learner", False)
+    assert board.snapshot().busy == ()
 
 
 def _items(n: int, start: int = 0) -> list[Experience]:
@@ -447,6 +462,71 @@ def test_ray_killed_learner_leaves_no_ray_actor_behind(killed_learner):
     assert killed_learner.cpus_freed
 
 
+RAY_STALL_TIMEOUT = 5.0
+
+
+class SlowLearnerBegin:
+    """Long legitimate work in a learner hook (as a checkpoint writing a replay)."""
+
+    def on_r2d2_learner_begin(self, learner):
+        time.sleep(1.5 * RAY_STALL_TIMEOUT)
+
+
+def _stalled_learner(cluster, config):
+    """One actor; the learner spends 1.5 stall timeouts in its begin hook, then is frozen
+    with SIGSTOP once weights were published and 100 env steps taken."""
+    ray.init(address=cluster.address)
+    frozen: dict = {}
+    try:
+        manager = R2D2Manager(
+            CARTPOLE,
+            config,
+            actor_num=1,
+            backend="ray",
+            callbacks=[SlowLearnerBegin()],
+            stall_timeout=RAY_STALL_TIMEOUT,
+            progress=False,
+        )
+
+        def on_progress(p):
+            if not frozen and p.weights_version >= 1 and p.env_steps >= 100 and p.learner_pid:
+                os.kill(p.learner_pid, signal.SIGSTOP)
+                frozen.update(pid=p.learner_pid, at=time.monotonic())
+
+        with pytest.raises(R2D2ProcessError) as error:
+            manager.train(max_seconds=240, on_progress=on_progress)
+        return SimpleNamespace(
+            error=error.value,
+            frozen=frozen,
+            seconds=time.monotonic() - frozen.get("at", 0.0),
+            cpus_freed=_free_cpus_come_back(),
+            learner_alive=bool(frozen) and os.path.exists(f"/proc/{frozen['pid']}"),
+        )
+    finally:
+        if frozen and os.path.exists(f"/proc/{frozen['pid']}"):  # a failed test: no stopped
+            os.kill(frozen["pid"], signal.SIGKILL)  # process stays behind
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def stalled_learner(cluster, run_config):
+    return _stalled_learner(cluster, run_config(**NO_TRAINING))
+
+
+def test_ray_frozen_learner_stops_the_run_naming_it_after_long_legitimate_work(
+    stalled_learner,
+):
+    error = stalled_learner.error
+    assert stalled_learner.frozen  # frozen after its begin hook outlasted the timeout
+    assert error.role == "learner" and "learner stalled: no sign of life for" in str(error)
+    assert f"stall_timeout={RAY_STALL_TIMEOUT:g} s" in str(error)
+    assert stalled_learner.seconds < RAY_STALL_TIMEOUT + 20  # noticed, not hanging
+
+
+def test_ray_frozen_learner_is_killed_leaving_no_ray_actor(stalled_learner):
+    assert stalled_learner.cpus_freed and not stalled_learner.learner_alive
+
+
 def _checkpointed_then_resumed(cluster, config, directory):
     ray.init(address=cluster.address)
     try:
@@ -617,9 +697,12 @@ def ray_ctrl_c(tmp_path_factory):
     # Its own Ray session root, so that it starts a Ray rather than join this module's
     # cluster (Ray joins a cluster it finds running on the machine).
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="r2d2ray", dir="/tmp")
-    run = interrupt_script(_SIGINT_SCRIPT, tmp_path, env, ready_timeout=180)
-    time.sleep(2)  # Ray's own processes end after the driver's ray.shutdown()
-    run.left = _session_processes(run.pid)
+    try:
+        run = interrupt_script(_SIGINT_SCRIPT, tmp_path, env, ready_timeout=180)
+        time.sleep(2)  # Ray's own processes end after the driver's ray.shutdown()
+        run.left = _session_processes(run.pid)
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)  # the script's Ray session
     return run
 
 
@@ -635,3 +718,77 @@ def test_ray_ctrl_c_lets_the_script_exit_normally_within_seconds(ray_ctrl_c):
 def test_ray_ctrl_c_leaves_no_ray_process_behind(ray_ctrl_c):
     assert ray_ctrl_c.result["ray"] is False
     assert ray_ctrl_c.left == [], "\n".join(ray_ctrl_c.left)
+
+
+_SIGTERM_SCRIPT = textwrap.dedent("""
+    import functools, json, os, signal
+    import gymnasium as gym
+    import ray
+    from r2d2_agent.callbacks import CheckpointCallback
+    from r2d2_agent.config import R2D2Config
+    from r2d2_agent.distributed import R2D2Manager
+
+    def main():
+        config = R2D2Config(input_shape=(4,), nb_actions=2, lstm_units=16, dense_units=16,
+                            burnin=2, input_length=4, multisteps=2, batch_size=4,
+                            memory_capacity=200, memory_warmup=200, seed=0)
+        checkpoints = CheckpointCallback("ckpt", interval=10**9, save_at_end=True)
+        manager = R2D2Manager(functools.partial(gym.make, "CartPole-v1"), config,
+                              actor_num=1, backend="ray", callbacks=[checkpoints],
+                              progress=False)
+        ready = {}
+
+        def on_progress(p):
+            if not ready and p.weights_version >= 1 and min(p.actor_env_steps) > 0:
+                ready.update(pids=[*p.actor_pids, p.learner_pid])
+                print("READY " + json.dumps(ready), flush=True)
+
+        result = manager.train(max_seconds=120, on_progress=on_progress)
+        print("RESULT " + json.dumps({
+            "reason": result.stop_reason, "steps": result.env_steps,
+            "updates": result.learner_updates,
+            "weights": manager.latest_weights() is not None,
+            "checkpoints": sorted(os.listdir("ckpt")) if os.path.isdir("ckpt") else [],
+            "handler_restored": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+            "ray": ray.is_initialized()}), flush=True)
+
+    if __name__ == "__main__":
+        main()
+""")
+
+
+@pytest.fixture(scope="module")
+def ray_sigterm(tmp_path_factory):
+    """A one-actor run with a `CheckpointCallback` (saves only at the end) on a Ray the
+    script starts itself, sent SIGTERM to its whole process group (as `docker stop`,
+    systemd or Slurm do) once weights were published."""
+    tmp_path = tmp_path_factory.mktemp("ray_sigterm")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="r2d2ray", dir="/tmp")
+    try:
+        run = interrupt_script(
+            _SIGTERM_SCRIPT, tmp_path, env, ready_timeout=180, sig=signal.SIGTERM
+        )
+        time.sleep(2)  # Ray's own processes end after the driver's ray.shutdown()
+        run.left = _session_processes(run.pid)
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)  # the script's Ray session
+    run.folder = tmp_path
+    return run
+
+
+def test_ray_sigterm_stops_the_run_after_the_final_checkpoint(ray_sigterm):
+    from r2d2_agent.checkpoints import read_checkpoint
+
+    result = ray_sigterm.result
+    assert result["reason"] == "sigterm" and result["steps"] > 0 and result["weights"]
+    assert len(result["checkpoints"]) == 1
+    state = read_checkpoint(ray_sigterm.folder / "ckpt" / result["checkpoints"][0])
+    assert state.counters.learner_updates == result["updates"]
+
+
+def test_ray_sigterm_lets_the_script_exit_normally_leaving_nothing(ray_sigterm):
+    assert ray_sigterm.exitcode == 0 and ray_sigterm.result["handler_restored"] is True
+    assert ray_sigterm.result["ray"] is False
+    assert ray_sigterm.left == [], "\n".join(ray_sigterm.left)

@@ -143,7 +143,20 @@ BLOCKS = [
         replace=(("range(10_000)", "range(200)"),),
     ),
     Declared("PrioritizedSequenceReplay(1_000", "agent"),
+    Declared(
+        "agent.record_episodes(keep=80",  # the recurrent-state diagnostic
+        "agent",
+        replace=(("nb_steps=25_000", "nb_steps=300"),),
+    ),
+    Declared(
+        "r2d2-leftovers --remove runs/x/checkpoints",
+        "leftovers",
+        replace=(("r2d2-leftovers", "python -m r2d2_agent.leftovers"),),
+    ),
 ]
+
+PREPARE = {"leftovers": ("runs/x/checkpoints",)}
+"""Directories a group's commands expect (as the manager's blocks before them made them)."""
 
 PRELUDE = {
     # The Ray block continues the manager's quickstart, which runs in another group.
@@ -230,6 +243,8 @@ def test_readme_blocks_run(group, tmp_path):
         pytest.importorskip("ale_py")
     blocks = [(b, _declared(b)) for b in readme_blocks()]
     mine = [(b, d) for b, d in blocks if d.group == group]
+    for folder in PREPARE.get(group, ()):
+        (tmp_path / folder).mkdir(parents=True)
     for block, declared in mine:  # files first: toml blocks are the files commands read
         if block.lang == "toml":
             name = block.text.splitlines()[0].removeprefix("#").strip()

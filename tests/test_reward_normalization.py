@@ -10,11 +10,13 @@ can fail); the user's Q-values in return units; the `memory_config` preset.
 
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from r2d2_agent import R2D2Agent, R2D2Config
+from r2d2_agent import R2D2Agent, R2D2Config, R2D2Manager
 from r2d2_agent.checkpoints import (
     IncompatibleCheckpointError,
     check_compatible,
@@ -378,6 +380,18 @@ def test_an_agent_learns_alike_with_rewards_x001_and_x100():
     np.testing.assert_allclose(
         large.compute_q_values(obs), small.compute_q_values(obs) * 1e4, rtol=1e-3
     )
+
+
+def test_a_distributed_run_brings_the_actors_rewards_into_the_weights(no_leftovers):
+    config = memory_config(
+        (3,), 2, seed=0, burnin=2, input_length=6, memory_warmup=20, memory_capacity=200
+    )
+    manager = R2D2Manager(functools.partial(Recall, 100.0), config, actor_num=1, progress=False)
+    with manager:
+        manager.train(nb_steps=300, max_seconds=120)
+    assert float(manager.latest_weights()[-2]) >= 100  # rewards counted by the learner
+    # every reward is ±100: the test agent, holding the learner's weights, has scale 100
+    assert manager.create_test_agent().learner.reward_scale == pytest.approx(100.0)
 
 
 # The preset ----------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 
 Everything here runs in the test process (no child process, no TensorFlow work): the
 loops are driven through in-memory implementations of the transport interfaces
-(`r2d2_agent.distributed.interfaces`). The actor and learner runs that several tests check
+(`r2d2_agent.distributed.messages`). The actor and learner runs that several tests check
 run once each, in module-scoped fixtures.
 """
 
@@ -18,14 +18,14 @@ import pytest
 
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.distributed.actor_runner import ActorRunner
-from r2d2_agent.distributed.interfaces import (
+from r2d2_agent.distributed.learner_runner import LearnerRunner
+from r2d2_agent.distributed.messages import (
+    Experience,
     ExperienceReceiver,
     ExperienceSender,
     WeightsPublisher,
     WeightsSubscriber,
 )
-from r2d2_agent.distributed.learner_runner import LearnerRunner
-from r2d2_agent.distributed.messages import Experience
 from r2d2_agent.networks.numpy_net import weight_layout
 from r2d2_agent.replay import SequenceRecord
 from r2d2_agent.roles import R2D2Builder

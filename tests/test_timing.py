@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from r2d2_agent.distributed.timing import TimeSplit
+from r2d2_agent.distributed.reports import TimeSplit
 
 
 def test_measured_block_counts_its_wall_time():

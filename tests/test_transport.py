@@ -1,5 +1,5 @@
 """Tests of the multiprocessing implementations of the transport interfaces
-(`r2d2_agent.distributed.interfaces`).
+(`r2d2_agent.distributed.messages`).
 
 The shared-memory weights channel (`r2d2_agent.distributed.mp.weights_channel`), the
 per-actor experience pipes (`r2d2_agent.distributed.mp.pipes`), the stop flag and run
@@ -19,15 +19,17 @@ import time
 import numpy as np
 import pytest
 
-from r2d2_agent.distributed.interfaces import (
+from r2d2_agent.distributed.messages import (
+    ConnectActor,
+    Experience,
     ExperienceReceiver,
     ExperienceSender,
     WeightsPublisher,
     WeightsSubscriber,
 )
-from r2d2_agent.distributed.messages import ConnectActor, Experience
+from r2d2_agent.distributed.mp.bootstrap import Pulse
 from r2d2_agent.distributed.mp.pipes import PipeExperienceReceiver, PipeExperienceSender
-from r2d2_agent.distributed.mp.shared_state import RunCounters, SharedFlag
+from r2d2_agent.distributed.mp.shared_state import Heartbeats, RunCounters, SharedFlag
 from r2d2_agent.distributed.mp.shared_weights import WeightsSpec
 from r2d2_agent.distributed.mp.weights_channel import (
     SharedWeightsPublisher,
@@ -230,6 +232,42 @@ def test_pipe_receiver_drops_a_message_cut_by_a_sender_timeout(pipe):
     assert receiver.connections == 0
 
 
+def test_pipe_receiver_is_not_held_by_a_message_written_halfway(pipe):
+    """What an actor frozen (SIGSTOP) in the middle of a send leaves: the learner must go
+    on (the stall watchdog restarts the actor), and read the message once it completes."""
+    r, w = pipe
+    payload = pickle.dumps(["first", "second"])
+    frame = struct.pack("!i", len(payload)) + payload
+    os.write(w.fileno(), frame[:10])
+    receiver = PipeExperienceReceiver(connections=[r])
+    got: list = []
+    reading = threading.Thread(target=lambda: got.append(receiver.receive(10, 0.2)), daemon=True)
+    reading.start()
+    reading.join(20)
+    assert not reading.is_alive(), "receive() waits for the rest of a half-written message"
+    assert got == [[]] and receiver.connections == 1
+    os.write(w.fileno(), frame[10:])
+    assert receiver.receive(10, timeout=5.0) == ["first", "second"]
+    receiver.close()
+
+
+def test_pipe_receiver_reads_large_messages_that_arrive_in_pieces(pipe):
+    r, w = pipe
+    big = np.arange(1 << 18, dtype=np.int64)  # 2 MB: many pipe buffers
+    sender = PipeExperienceSender(w, SharedFlag(CTX), poll_interval=0.01)
+    receiver = PipeExperienceReceiver(connections=[r])
+    got: list = []
+    reading = threading.Thread(
+        target=lambda: [got.extend(receiver.receive(10, 0.05)) for _ in range(400) if not got],
+        daemon=True,
+    )
+    reading.start()
+    assert sender.send([big, 7], timeout=30) is True
+    reading.join(30)
+    assert len(got) == 2 and np.array_equal(got[0], big) and got[1] == 7
+    receiver.close()
+
+
 def test_pipe_receiver_drops_a_pipe_cut_in_the_middle_of_a_message():
     r, w = CTX.Pipe(duplex=False)
     r2, w2 = CTX.Pipe(duplex=False)
@@ -312,3 +350,45 @@ def test_stop_flag_is_raised_once_set():
     assert not flag.is_set()
     flag.set()
     assert flag.is_set()
+
+
+# ---------------------------------------------------------------- heartbeats ---------
+def test_pulse_beats_in_its_own_slot_only():
+    heartbeats = Heartbeats(CTX, 3)
+    pulse = Pulse(heartbeats, 1)
+    pulse.beat()
+    pulse.beat()
+    assert [heartbeats.beats(slot) for slot in range(3)] == [0, 2, 0]
+
+
+def test_pulse_keeps_beating_from_a_thread_while_busy_and_only_then():
+    heartbeats = Heartbeats(CTX, 1)
+    pulse = Pulse(heartbeats, 0, interval=0.01)
+    with pulse.busy("a long operation"):
+        with pulse.busy("a nested one"):
+            assert heartbeats.busy(0)
+        assert heartbeats.busy(0)  # still inside the outer one
+        deadline = time.monotonic() + 30
+        while heartbeats.beats(0) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the main thread never beats here
+        assert heartbeats.beats(0) >= 5
+    assert not heartbeats.busy(0)
+    after = heartbeats.beats(0)
+    time.sleep(0.1)
+    assert heartbeats.beats(0) == after  # silent outside busy sections
+
+
+def test_parent_resets_a_slot_before_a_child_starts_there():
+    heartbeats = Heartbeats(CTX, 1)
+    Pulse(heartbeats, 0).beat()
+    heartbeats.set_busy(0, True)
+    heartbeats.reset(0)
+    assert heartbeats.beats(0) == 0 and not heartbeats.busy(0)
+
+
+def test_a_pulse_crosses_to_a_child_without_its_thread():
+    heartbeats = Heartbeats(CTX, 1)
+    pulse = Pulse(heartbeats, 0, interval=0.01)
+    with pulse.busy("start"):
+        state = pulse.__getstate__()
+    assert state["_thread"] is None and state["_depth"] == 0

@@ -8,6 +8,7 @@ from typing import Any
 
 from r2d2_agent.callbacks.base import R2D2Callback
 from r2d2_agent.checkpoints import checkpoint_name, prune_checkpoints, write_checkpoint
+from r2d2_agent.leftovers import reclaim_temp_files
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +23,9 @@ class CheckpointCallback(R2D2Callback):
     `save_replay=True` the replay memory: pass it (or its directory) to
     `R2D2Agent.fit(..., resume_from=...)` or `R2D2Manager.train(..., resume_from=...)` to
     continue the run. Each file is written to a temporary name, fsynced and renamed, so a
-    crash never leaves a half-written one.
+    crash never leaves a half-written one; the temp files of writers killed mid-save are
+    removed when training begins and at every prune (never those of a live writer:
+    `r2d2_agent.leftovers`).
 
     Works on an `R2D2Agent` (interval in env steps, written by `fit`) and on an
     `R2D2Manager` (interval in learner updates, written by the learner process).
@@ -77,6 +80,10 @@ class CheckpointCallback(R2D2Callback):
         """Whether `filepath` names one file (rewritten) rather than a directory."""
         return self.filepath.endswith(_FILE_SUFFIXES)
 
+    def _reclaim(self) -> None:
+        """Removes the temp files that killed writers left where this callback writes."""
+        reclaim_temp_files(os.path.dirname(self.filepath) if self.single_file else self.filepath)
+
     def _save(self, learner: Any, number: int) -> None:
         if self.single_file:
             path = self.filepath
@@ -93,8 +100,10 @@ class CheckpointCallback(R2D2Callback):
 
     # Single-process agent (keras-rl hooks; self.model is the agent) ----------------------
     def on_train_begin(self, logs: dict | None = None) -> None:
-        if self.load_path is not None and getattr(self.model, "training", False):
-            self.model.load_weights(self.load_path)
+        if getattr(self.model, "training", False):
+            self._reclaim()
+            if self.load_path is not None:
+                self.model.load_weights(self.load_path)
 
     def on_step_end(self, step: int, logs: dict | None = None) -> None:
         agent = self.model
@@ -108,6 +117,7 @@ class CheckpointCallback(R2D2Callback):
 
     # Manager: runs in the learner process -------------------------------------------------
     def on_r2d2_learner_begin(self, learner: Any) -> None:
+        self._reclaim()
         if self.load_path is not None:
             learner.load_weights(self.load_path)
 

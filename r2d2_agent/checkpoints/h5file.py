@@ -31,9 +31,11 @@ keeping it) and leaves its arrays in the file; `ReplaySnapshot.load` (`read_repl
 reads them when a learner restores them. Files of format version 1 (no header) are still
 read, their datasets' checksums checked.
 
-Writing goes to a temporary file in the same directory, which is flushed, fsynced and
-renamed over the target (an atomic step on POSIX), then the directory is fsynced: a
-process killed at any moment leaves the previous checkpoint intact. In a checkpoint
+Writing goes to a temporary file in the same directory (`.<name>.<owner tag>.tmp`), which
+is flushed, fsynced and renamed over the target (an atomic step on POSIX), then the
+directory is fsynced: a process killed at any moment leaves the previous checkpoint
+intact, and its temp file, whose name says which process wrote it, is removed by the next
+prune (`r2d2_agent.leftovers`) once that process is dead. In a checkpoint
 directory the files are named `ckpt-<N>.h5` (N: learner updates, or the single-process
 agent's env steps), and `prune_checkpoints` keeps the last K.
 """
@@ -76,6 +78,7 @@ from r2d2_agent.checkpoints.h5format import (
     verify_streaming,
 )
 from r2d2_agent.checkpoints.state import ReplaySnapshot, TrainingCounters, TrainingState
+from r2d2_agent.leftovers import reclaim_temp_files, temp_path
 
 __all__ = [
     "CHECKPOINT_PATTERN",
@@ -163,7 +166,7 @@ def write_checkpoint(path: str | os.PathLike[str], state: TrainingState) -> str:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    tmp = temp_path(path)  # `.<name>.<owner tag>.tmp`: a later run removes it if we are killed
     replay = state.replay.load() if state.replay is not None else None
     nb_datasets = len(state.online_weights) + len(state.target_weights)
     nb_datasets += len(state.optimizer_weights) + 2 + len(replay or ())
@@ -196,11 +199,14 @@ def write_checkpoint(path: str | os.PathLike[str], state: TrainingState) -> str:
 
 
 def prune_checkpoints(directory: str | os.PathLike[str], keep: int) -> list[str]:
-    """Deletes all but the `keep` highest-numbered checkpoints of `directory`.
+    """Deletes all but the `keep` highest-numbered checkpoints of `directory`, and the
+    temp files of writers that were killed mid-save (`r2d2_agent.leftovers`: their owner
+    is dead; a live writer's are kept).
 
     Returns:
-        The deleted files.
+        The deleted checkpoints.
     """
+    reclaim_temp_files(directory)
     files = checkpoint_files(directory)
     doomed = [path for _, path in files[: max(0, len(files) - keep)]]
     for path in doomed:

@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from r2d2_agent.distributed.interfaces import ExperienceReceiver, WeightsPublisher
-from r2d2_agent.distributed.messages import Experience
-from r2d2_agent.distributed.timing import TimeSplit
+from r2d2_agent.distributed.messages import (
+    Experience,
+    ExperienceReceiver,
+    Liveness,
+    WeightsPublisher,
+)
+from r2d2_agent.distributed.reports import TimeSplit
 from r2d2_agent.roles.hooks import MetricLogger, bind_metric_logger, call_hooks
 
 __all__ = ["LearnerProgress", "LearnerRunner", "RateLimiter"]
@@ -98,6 +102,9 @@ class LearnerRunner:
         receive_timeout: Seconds to wait for experience when there is nothing else to do.
         callbacks: Callbacks whose `on_r2d2_learner_*` hooks run here.
         progress: Optional progress sink.
+        liveness: Shows the backend's stall watchdog that the loop is alive: a beat per
+            iteration; the first trace and the callback hooks (a checkpoint may write
+            gigabytes of replay) run as busy.
     """
 
     def __init__(
@@ -114,6 +121,7 @@ class LearnerRunner:
         receive_timeout: float = 0.05,
         callbacks: Sequence[Any] = (),
         progress: LearnerProgress | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self.learner = learner
         self.receiver = receiver
@@ -125,6 +133,7 @@ class LearnerRunner:
         self.receive_timeout = receive_timeout
         self.callbacks = tuple(callbacks)
         self.progress = progress
+        self.liveness = liveness or Liveness()
         self.updates = int(getattr(learner, "updates", 0))
         """Learner updates done (a resumed learner's count goes on)."""
         self.sequences_received = int(getattr(learner, "sequences_added", 0))
@@ -176,17 +185,24 @@ class LearnerRunner:
         bind_metric_logger(
             self.callbacks, MetricLogger(self.callbacks, "learner", self._run_counts)
         )
-        call_hooks(self.callbacks, "on_r2d2_learner_begin", self.learner)
+        self._hooks("on_r2d2_learner_begin")
         self.time.start()
         self.publish()
-        with self.time.measure("tracing"):
+        with self.time.measure("tracing"), self.liveness.busy("tracing the update"):
             self.learner.trace()
         while not should_stop() and (self.nb_trains is None or self.updates < self.nb_trains):
+            self.liveness.beat()
             self._iteration()
         if self.updates % self.publish_interval:
             self.publish()
         self.time.stop()
-        call_hooks(self.callbacks, "on_r2d2_learner_end", self.learner)
+        self._hooks("on_r2d2_learner_end")
+
+    def _hooks(self, name: str) -> None:
+        """Runs a learner hook of every callback (busy: a checkpoint may take long)."""
+        if self.callbacks:
+            with self.liveness.busy(name):
+                call_hooks(self.callbacks, name, self.learner)
 
     def _iteration(self) -> None:
         can_train = self._can_train()
@@ -198,11 +214,11 @@ class LearnerRunner:
                 self._add(received)
             can_train = self._can_train()
         if can_train:
-            call_hooks(self.callbacks, "on_r2d2_learner_train_begin", self.learner)
+            self._hooks("on_r2d2_learner_train_begin")
             with self.time.measure("learning"):
                 self.metrics = self.learner.step()
             self.updates += 1
-            call_hooks(self.callbacks, "on_r2d2_learner_train_end", self.learner)
+            self._hooks("on_r2d2_learner_train_end")
             if self.updates % self.publish_interval == 0:
                 self.publish()
         if self.progress is not None:

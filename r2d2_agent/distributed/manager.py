@@ -33,9 +33,9 @@ from r2d2_agent.checkpoints import check_compatible, read_checkpoint
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.distributed.mp.supervisor import Supervisor
 from r2d2_agent.distributed.ray_backend import RayOptions, require_ray
-from r2d2_agent.distributed.reports import Progress, TrainResult
+from r2d2_agent.distributed.reports import MAIN_GUARD_HINT, Progress, TrainResult
 from r2d2_agent.distributed.spec import RunOptions, RunSpec, TrainLimits
-from r2d2_agent.envs.checks import check_env_matches_config
+from r2d2_agent.envs.checks import check_env_matches_config, check_env_reset
 from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import play_episodes
@@ -87,7 +87,16 @@ class R2D2Manager:
         publish_interval: Learner updates between weight publications.
         send_batch_size: Sequences an actor gathers before one send.
         progress: Show a progress bar (tqdm; it stays quiet when stderr is not a TTY).
-        shutdown_timeout: Seconds children get to stop before they are terminated.
+        shutdown_timeout: Seconds children get to stop before they are killed (a learner
+            still writing its final checkpoint gets more while it shows signs of life).
+        stall_timeout: The stall watchdog: seconds without any sign of life from a child
+            (its loop's heartbeat) before it counts as frozen or deadlocked. A stalled
+            actor is killed and restarted like a dead one (counting against
+            `max_actor_restarts`); a stalled learner is killed and the run stops with
+            `R2D2ProcessError` naming it and how long it was silent. Long legitimate work
+            (start-up, the first trace, callback hooks such as checkpoints that write the
+            replay, sends held by back-pressure) never counts as silence. None disables
+            the watchdog.
         tf_verbose: Show TensorFlow's native start-up logs (CUDA, absl, oneDNN) in the
             children; None (default) hides them unless `R2D2_TF_VERBOSE=1` is set.
         backend: "multiprocessing" (processes on this machine) or "ray" (Ray actors in a
@@ -104,9 +113,11 @@ class R2D2Manager:
         TypeError: On an unpicklable factory, image model or callback, a factory that is
             not callable or does not return a Gymnasium env, or a config that is not an
             `R2D2Config`; before any process starts.
-        ValueError: On invalid options, an env whose spaces do not fit the config, or a
-            replay larger than the machine's available memory (naming `memory_capacity`,
-            the estimate and the available memory); before any process starts.
+        ValueError: On invalid options, an env whose spaces do not fit the config, an env
+            that fails in `reset()` (reset once here, as every actor will; the env's
+            exception is chained), or a replay larger than the machine's available memory
+            (naming `memory_capacity`, the estimate and the available memory); before any
+            process starts.
         ImportError: `backend="ray"` without Ray installed (the message says what to
             install).
     """
@@ -130,6 +141,7 @@ class R2D2Manager:
         send_batch_size: int = 4,
         progress: bool = True,
         shutdown_timeout: float = 10.0,
+        stall_timeout: float | None = 300.0,
         tf_verbose: bool | None = None,
         backend: str = "multiprocessing",
         ray_address: str | None = None,
@@ -160,6 +172,7 @@ class R2D2Manager:
             send_batch_size=send_batch_size,
             progress=progress,
             shutdown_timeout=shutdown_timeout,
+            stall_timeout=stall_timeout,
             tf_verbose=tf_verbose,
         )
         builder = R2D2Builder(config, image_model, observation_dtype, use_numpy_policy)
@@ -228,17 +241,23 @@ class R2D2Manager:
 
         Returns:
             A `TrainResult`. After Ctrl-C it returns normally with `stop_reason`
-            "interrupted" (the latest weights are kept).
+            "interrupted" (the latest weights are kept); after SIGTERM or SIGHUP, with
+            "sigterm" or "sighup", once the learner wrote its final checkpoint.
 
         Raises:
             ValueError: On invalid limits, before any process starts.
+            RuntimeError: If called while a child process imports the main module (a
+                script without the `if __name__ == "__main__":` guard); the parent's
+                `train` then fails with `R2D2ProcessError` saying to add the guard.
             CheckpointError: If `resume_from` is missing (`MissingCheckpointError`),
                 truncated or corrupted (`CorruptCheckpointError`) or written for another
                 network (`IncompatibleCheckpointError`, naming the fields); before any
                 process starts.
-            R2D2ProcessError: The learner failed, or an actor died more than
-                `max_actor_restarts` times; the message holds the child's traceback.
+            R2D2ProcessError: The learner failed or stalled (`stall_timeout`), or an actor
+                died or stalled more than `max_actor_restarts` times; the message holds
+                the child's traceback.
         """
+        _check_not_in_a_spawned_import()
         limits = TrainLimits(nb_steps=nb_steps, nb_trains=nb_trains, max_seconds=max_seconds)
         if self._run is not None:
             raise RuntimeError("train() is already running")
@@ -379,6 +398,7 @@ class R2D2Manager:
 
         Raises:
             RuntimeError: If no weights are given and none exist yet (call `train` first).
+            ValueError: If `env` is None and the env factory returns a vector env.
         """
         weights = self.latest_weights() if weights is None else weights
         if weights is None:
@@ -390,6 +410,11 @@ class R2D2Manager:
         actor = builder.make_actor(self._eval_policy, None, self.config.test_epsilon, seed)
         own_env = env is None
         env = self.spec.env_factory() if own_env else env
+        if own_env and hasattr(env, "num_envs"):
+            env.close()
+            raise ValueError(
+                "the env factory returns a vector env; pass evaluate(env=...) one env to play"
+            )
         try:
             return play_episodes(env, actor, nb_episodes, seed=seed)
         finally:
@@ -410,13 +435,37 @@ class R2D2Manager:
 
 
 def _check_env(env_factory: Callable[[], Any], config: R2D2Config, observation_dtype: Any) -> None:
-    """Builds one env in the parent and checks its spaces against the config."""
+    """Builds one env in the parent, checks its spaces against the config and resets it
+    once (an env that fails there would fail in every actor)."""
     import gymnasium
 
     env = env_factory()
     try:
+        if isinstance(env, gymnasium.vector.VectorEnv):  # one actor's envs at once
+            if env.num_envs != config.envs_per_actor:
+                raise ValueError(
+                    f"env_factory returns a vector env of {env.num_envs} envs, but "
+                    f"envs_per_actor={config.envs_per_actor}; make them equal"
+                )
+            check_env_matches_config(
+                env.single_observation_space, env.single_action_space, config, observation_dtype
+            )
+            check_env_reset(env, seed=config.seed)  # its batched space: (num_envs, ...)
+            return
         if not isinstance(env, gymnasium.Env):
             raise TypeError(f"env_factory must return a gymnasium.Env, got {type(env).__name__}")
         check_env_matches_config(env.observation_space, env.action_space, config, observation_dtype)
+        check_env_reset(env, seed=config.seed)
     finally:
         env.close()
+
+
+def _check_not_in_a_spawned_import() -> None:
+    """Refuses `train` inside a spawned child that is still importing the main module."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "R2D2Manager.train() was called while a new process imported the main module "
+            f"({MAIN_GUARD_HINT})"
+        )

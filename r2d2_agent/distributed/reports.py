@@ -1,18 +1,43 @@
-"""What one `R2D2Manager.train` call reports: `Progress` while it runs, then a `TrainResult`.
+"""What one `R2D2Manager.train` call reports: `Progress` while it runs, then a
+`TrainResult`, or an `R2D2ProcessError` when a child failed.
 
 `ProgressBar` shows the `Progress` snapshots on a tqdm bar (env steps, learner updates,
-env steps per second, recent mean return).
+env steps per second, recent mean return). `TimeSplit` measures where an actor's or the
+learner's loop spends its wall time (the `seconds` of their summaries): the runners time
+the few places where they wait or hand work to another process (sending, receiving,
+pulling and publishing weights) and their main work (learning); `shares()` puts the rest
+under the loop's remaining activity (acting, for an actor). Each measure is two
+`time.perf_counter` calls, so the cost stays far below a learner update, and an actor
+measures only per send and per weights pull, never per step.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Progress", "ProgressBar", "TrainResult"]
-
 import numpy as np
 from tqdm import tqdm
+
+__all__ = [
+    "MAIN_GUARD_HINT",
+    "Progress",
+    "ProgressBar",
+    "R2D2ProcessError",
+    "TimeSplit",
+    "TrainResult",
+    "describe_exit",
+]
+
+MAIN_GUARD_HINT = (
+    "spawned processes import your main module, so the code that starts training must run "
+    'under `if __name__ == "__main__":`; add that guard to your script'
+)
+"""What to do when a child failed while importing the main module."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +74,9 @@ class TrainResult:
     elapsed_seconds: float
     stop_reason: str
     """"nb_steps", "nb_trains", "max_seconds", "requested" (`R2D2Manager.request_stop`),
-    "callback" (`R2D2Callback.request_stop`, see `stop_detail`) or "interrupted"
-    (Ctrl-C)."""
+    "callback" (`R2D2Callback.request_stop`, see `stop_detail`), "interrupted" (Ctrl-C),
+    "sigterm" or "sighup" (the signal reached the parent: a scheduler's stop, a closed
+    terminal)."""
     actor_env_steps: list[int]
     episode_returns: list[list[float]]
     """Per actor index, the returns of the episodes it finished in this call, in order."""
@@ -71,8 +97,8 @@ class TrainResult:
 
     @property
     def interrupted(self) -> bool:
-        """Whether the run was stopped by Ctrl-C."""
-        return self.stop_reason == "interrupted"
+        """Whether the run was stopped from outside: Ctrl-C, SIGTERM or SIGHUP."""
+        return self.stop_reason in ("interrupted", "sigterm", "sighup")
 
     def recent_mean_return(self, episodes: int = 20) -> float | None:
         """Mean return of each actor's last `episodes` episodes, pooled (None if none)."""
@@ -114,3 +140,95 @@ class ProgressBar:
     def close(self) -> None:
         """Closes the bar."""
         self._bar.close()
+
+
+class R2D2ProcessError(RuntimeError):
+    """A child process of an `R2D2Manager` failed; the message holds its traceback.
+
+    Attributes:
+        role: "learner" or "actor".
+        index: The actor index (None for the learner).
+        exitcode: The child's exit code (negative: killed by that signal), if known.
+        child_traceback: The traceback text sent by the child, if it could send one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        role: str,
+        index: int | None = None,
+        exitcode: int | None = None,
+        child_traceback: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.role = role
+        self.index = index
+        self.exitcode = exitcode
+        self.child_traceback = child_traceback
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Human-readable exit status ("exit code 1", "killed by SIGKILL")."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+class TimeSplit:
+    """Accumulates wall seconds per activity between `start` and `stop`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        """Seconds measured per activity."""
+        self._started: float | None = None
+        self._elapsed = 0.0
+
+    def start(self) -> None:
+        """Starts the clock of the whole loop."""
+        self._started = time.perf_counter()
+
+    def stop(self) -> None:
+        """Stops it (`elapsed` then stays fixed)."""
+        if self._started is not None:
+            self._elapsed = time.perf_counter() - self._started
+            self._started = None
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds between `start` and `stop` (or now, while running)."""
+        if self._started is not None:
+            return time.perf_counter() - self._started
+        return self._elapsed
+
+    @contextlib.contextmanager
+    def measure(self, activity: str) -> Iterator[None]:
+        """Adds the wall time of the `with` block to `activity`."""
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(activity, time.perf_counter() - begin)
+
+    def add(self, activity: str, seconds: float) -> None:
+        """Adds `seconds` to `activity`."""
+        self.seconds[activity] = self.seconds.get(activity, 0.0) + seconds
+
+    def shares(self, rest: str) -> dict[str, float]:
+        """Seconds per activity, the unmeasured remainder under `rest`, and `total`.
+
+        Args:
+            rest: The name of the remainder (e.g. "acting").
+
+        Returns:
+            Rounded seconds (ms precision) per activity, `rest` and `total`.
+        """
+        total = self.elapsed
+        out = {name: round(value, 3) for name, value in sorted(self.seconds.items())}
+        out[rest] = round(max(total - sum(self.seconds.values()), 0.0), 3)
+        out["total"] = round(total, 3)
+        return out

@@ -87,7 +87,16 @@ class RunOptions:
     progress: bool = True
     """Show a progress bar (tqdm; quiet anyway when stderr is not a terminal)."""
     shutdown_timeout: float = 10.0
-    """Seconds the children get to stop before they are terminated."""
+    """Seconds the children get to stop before they are killed; a child inside a declared
+    long operation (the learner writing its final checkpoint) gets more, as long as the
+    stall watchdog sees it alive (without a watchdog, as long as the operation lasts)."""
+    stall_timeout: float | None = 300.0
+    """Seconds without any sign of life from a child (its loop's heartbeat) before the
+    watchdog takes it for frozen or deadlocked: a stalled actor is killed and restarted
+    like a dead one, a stalled learner is killed and stops the run with
+    `R2D2ProcessError`. Declared long operations (start-up, the first trace, callback
+    hooks such as checkpoints, sends held by back-pressure) beat from a thread, so they
+    never count as silence. None: no watchdog."""
     tf_verbose: bool | None = None
     """Show TensorFlow's native start-up logs in the children (CUDA, absl, oneDNN
     notices); None follows the `R2D2_TF_VERBOSE` environment variable (hidden unless 1)."""
@@ -102,6 +111,8 @@ class RunOptions:
         if self.ratio_tolerance < 1:
             raise ValueError(f"ratio_tolerance must be >= 1 update, got {self.ratio_tolerance!r}")
         _check_positive("shutdown_timeout", self.shutdown_timeout)
+        if self.stall_timeout is not None:
+            _check_positive("stall_timeout", self.stall_timeout)
         if self.tf_verbose is not None and not isinstance(self.tf_verbose, bool):
             raise ValueError(f"tf_verbose must be True, False or None, got {self.tf_verbose!r}")
 
@@ -162,20 +173,26 @@ class RunSpec:
         return float(self.options.env_steps_per_update or self.config.train_interval)
 
     def actor_seed(self, index: int, restarts: int) -> int | None:
-        """Seed of actor `index` after `restarts` restarts: `seed + index` at first, then
-        shifted by `nb_actors` per restart so a restarted actor does not replay its
-        predecessor's episodes."""
+        """Seed of actor `index` after `restarts` restarts, that of its first env (env `j`
+        uses it + j): `seed + index * envs_per_actor` at first, then shifted by all
+        actors' envs per restart so a restarted actor does not replay its predecessor's
+        episodes."""
         if self.config.seed is None:
             return None
-        return self.config.seed + index + self.nb_actors * restarts
+        return self.config.seed + self.config.envs_per_actor * (index + self.nb_actors * restarts)
 
     def actor_stream(self, index: int, restarts: int) -> int:
-        """Stream id of actor `index` after `restarts` restarts (unique in the run)."""
+        """Stream id of actor `index` after `restarts` restarts (unique in the run; env
+        `j` of the actor sends on `stream * envs_per_actor + j`)."""
         return index + self.nb_actors * restarts
 
-    def actor_epsilon(self, index: int) -> float:
-        """Exploration rate of actor `index` (Ape-X schedule over `nb_actors`)."""
-        return self.builder.actor_epsilon(index, self.nb_actors)
+    def actor_epsilon(self, index: int) -> tuple[float, ...]:
+        """Exploration rates of actor `index`'s envs: the Ape-X schedule over all
+        `nb_actors * envs_per_actor` envs, env `j` at `index * envs_per_actor + j`."""
+        n = self.config.envs_per_actor
+        return tuple(
+            self.builder.actor_epsilon(index * n + j, self.nb_actors * n) for j in range(n)
+        )
 
 
 @dataclass(frozen=True)
@@ -214,8 +231,8 @@ class ActorStart:
     Attributes:
         spec: The run.
         index: The actor's index in `[0, nb_actors)`.
-        seed: Seeds the env's first reset, its action space and the actor's exploration.
-        epsilon: The actor's exploration rate.
+        seed: Seeds the first env's first reset and exploration (env `j`: seed + j).
+        epsilon: Its envs' exploration rates (one per env).
         nb_steps: Stop once all actors together took this many env steps (None: no limit).
         stream: Unique per actor process of the run, a restarted actor included: the
             learner tells the actors' frames apart by it.
@@ -224,7 +241,7 @@ class ActorStart:
     spec: RunSpec
     index: int
     seed: int | None
-    epsilon: float
+    epsilon: tuple[float, ...]
     nb_steps: int | None
     stream: int = 0
 

@@ -3,17 +3,28 @@
 `RunBook`: the limits and why the run stopped, stop requests, the episodes' returns per
 actor, actor restarts and summaries, and the `Progress` and `TrainResult` built from a
 backend's counters. `BackendSupervisor`: the run loop around a backend (start, poll and
-report until a limit, Ctrl-C, always close) and the interface the manager uses. The
-backends differ in how they start, watch and stop processes, not in this.
+report until a limit, Ctrl-C, SIGTERM and SIGHUP, always close) and the interface the
+manager uses. The backends differ in how they start, watch and stop processes, not in
+this.
+
+Stop signals: while `run` runs (in the main thread only, where Python delivers signals),
+SIGTERM and SIGHUP (what `docker stop`, systemd, Kubernetes and Slurm send before SIGKILL,
+and a closed terminal) are a stop request like a limit: every child stops, the learner
+writes its final checkpoint (`save_at_end`), the run cleans up and returns with
+`stop_reason` "sigterm" or "sighup". The handlers found before `run` are restored when it
+returns. Ctrl-C (SIGINT) keeps Python's `KeyboardInterrupt` (stop_reason "interrupted").
 """
 
 from __future__ import annotations
 
 import abc
 import collections
+import contextlib
 import logging
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -27,6 +38,43 @@ __all__ = ["BackendSupervisor", "RunBook"]
 logger = logging.getLogger(__name__)
 
 _RECENT_EPISODES = 20
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals `BackendSupervisor.run` turns into a graceful stop (stop_reason: the signal's
+name in lower case)."""
+
+
+@contextlib.contextmanager
+def stop_signals(on_signal: Callable[[signal.Signals], None]) -> Iterator[Callable[[], None]]:
+    """Meanwhile, `STOP_SIGNALS` call `on_signal(sig)` instead of their handlers; the
+    handlers found on entry come back on exit. Outside the main thread (where Python
+    cannot install handlers) it does nothing.
+
+    Args:
+        on_signal: Called (in the main thread, between two bytecodes) with the signal.
+
+    Yields:
+        A function that installs the handlers again (after code that may have replaced
+        them, as `ray.init` does).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        on_signal(signal.Signals(signum))
+
+    def install() -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, handler)
+
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    try:
+        install()
+        yield install
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
 
 
 class RunBook:
@@ -66,8 +114,8 @@ class RunBook:
         """Asks the run to stop at the next `limit_reached` (the first request wins).
 
         Args:
-            reason: The stop reason: "requested" (`R2D2Manager.request_stop`) or
-                "callback" (`R2D2Callback.request_stop`).
+            reason: The stop reason: "requested" (`R2D2Manager.request_stop`),
+                "callback" (`R2D2Callback.request_stop`), "sigterm" or "sighup".
             detail: Who asked and why (`TrainResult.stop_detail`).
         """
         if not self.stop_requested:
@@ -211,22 +259,29 @@ class BackendSupervisor(abc.ABC):
         """Whether `close` began."""
 
     def run(self) -> TrainResult:
-        """Runs to the first limit; always cleans up; returns a `TrainResult`."""
+        """Runs to the first limit; always cleans up; returns a `TrainResult`.
+
+        SIGTERM and SIGHUP stop the run as a limit does (see the module docstring);
+        Ctrl-C too, with stop_reason "interrupted".
+        """
         bar = ProgressBar(self.limits.nb_steps, self.spec.options.progress)
-        try:
-            self._start()
-            while not self._limit_reached():
-                self._poll()
-                progress = self.snapshot()
-                bar.update(progress)
-                if self.on_progress is not None:
-                    self.on_progress(progress)
-        except KeyboardInterrupt:
-            self.book.reason = "interrupted"
-            logger.warning("interrupted: stopping the actors and the learner")
-        finally:
-            bar.close()
-            self.close()
+        with stop_signals(self._on_stop_signal) as install_again:
+            try:
+                self._prepare()
+                install_again()  # `_prepare` may have installed handlers of its own
+                self._start()
+                while not self._limit_reached():
+                    self._poll()
+                    progress = self.snapshot()
+                    bar.update(progress)
+                    if self.on_progress is not None:
+                        self.on_progress(progress)
+            except KeyboardInterrupt:
+                self.book.reason = "interrupted"
+                logger.warning("interrupted: stopping the actors and the learner")
+            finally:
+                bar.close()
+                self.close()  # under the run's handlers: a second SIGTERM cannot cut it
         counts = self._counts()
         return self.book.result(
             env_steps=sum(counts["actor_env_steps"]),
@@ -239,9 +294,24 @@ class BackendSupervisor(abc.ABC):
         """Asks the run to stop at its next poll (see `RunBook.request_stop`)."""
         self.book.request_stop(reason, detail)
 
+    def _on_stop_signal(self, sig: signal.Signals) -> None:
+        """A stop signal reached the parent: stop as at a limit (the first one counts)."""
+        if self.stopping or self.book.stop_requested:
+            logger.warning("%s received; the run is already stopping", sig.name)
+            return
+        logger.warning(
+            "%s received: stopping the actors and the learner (final checkpoint, then exit)",
+            sig.name,
+        )
+        self.book.request_stop(sig.name.lower(), f"{sig.name} received")
+
     def _limit_reached(self) -> bool:
         counts = self._counts()
         return self.book.limit_reached(sum(counts["actor_env_steps"]), counts["learner_updates"])
+
+    def _prepare(self) -> None:  # noqa: B027 - optional hook
+        """Runs before the stop signals' handlers are installed (e.g. connecting to a
+        cluster, which may install handlers of its own that the run's must replace)."""
 
     @abc.abstractmethod
     def _start(self) -> None:

@@ -15,19 +15,23 @@ import sys
 from typing import Any
 
 from r2d2_agent.distributed.actor_runner import ActorProgress, ActorRunner
-from r2d2_agent.distributed.interfaces import (
+from r2d2_agent.distributed.learner_runner import LearnerProgress, LearnerRunner
+from r2d2_agent.distributed.messages import (
+    ActorSummary,
     ExperienceReceiver,
     ExperienceSender,
+    LearnerSummary,
+    Liveness,
     WeightsPublisher,
     WeightsSubscriber,
 )
-from r2d2_agent.distributed.learner_runner import LearnerProgress, LearnerRunner
-from r2d2_agent.distributed.messages import ActorSummary, LearnerSummary
-from r2d2_agent.distributed.spec import ActorStart, LearnerStart
+from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec
+from r2d2_agent.roles.vector_loop import EnvBatch, EnvList, GymVectorEnvBatch, is_vector_env
 
 __all__ = [
     "actor_summary",
     "build_learner",
+    "make_actor_envs",
     "learner_summary",
     "make_actor_runner",
     "make_learner_runner",
@@ -45,6 +49,26 @@ def build_learner(start: LearnerStart) -> Any:
     return learner
 
 
+def make_actor_envs(spec: RunSpec) -> EnvBatch:
+    """An actor's `config.envs_per_actor` envs from the run's env factory: one call when
+    the factory returns a Gymnasium `VectorEnv` (of that many envs, checked by the
+    manager), else one call per env. The caller closes them (`close()`).
+
+    Raises:
+        ValueError: If a vector env holds a different number of envs.
+    """
+    n = spec.config.envs_per_actor
+    first = spec.env_factory()
+    if is_vector_env(first):
+        if first.num_envs != n:
+            first.close()
+            raise ValueError(
+                f"the env factory's vector env has {first.num_envs} envs, but envs_per_actor={n}"
+            )
+        return GymVectorEnvBatch(first)
+    return EnvList([first] + [spec.env_factory() for _ in range(n - 1)])
+
+
 def make_actor_runner(
     start: ActorStart,
     env: Any,
@@ -54,17 +78,20 @@ def make_actor_runner(
     *,
     initial_steps: int,
     initial_episodes: int,
+    liveness: Liveness | None = None,
 ) -> ActorRunner:
     """The `ActorRunner` of actor `start.index`.
 
     Args:
         start: The actor's start arguments.
-        env: Its env (from the run's factory), owned by the caller.
+        env: Its envs (`make_actor_envs`), owned by the caller.
         sender: Where its experience goes.
         subscriber: Where its weights come from.
         progress: Where it reports steps and episodes.
         initial_steps: Env steps this actor index took before (restarts, resumed runs).
         initial_episodes: Episodes it finished before.
+        liveness: How it shows the backend's stall watchdog it is alive (None: no
+            watchdog).
     """
     spec = start.spec
     return ActorRunner(
@@ -81,6 +108,7 @@ def make_actor_runner(
         stream=start.stream,
         initial_steps=initial_steps,
         initial_episodes=initial_episodes,
+        liveness=liveness,
     )
 
 
@@ -90,9 +118,11 @@ def make_learner_runner(
     receiver: ExperienceReceiver,
     publisher: WeightsPublisher,
     progress: LearnerProgress,
+    *,
+    liveness: Liveness | None = None,
 ) -> LearnerRunner:
     """The `LearnerRunner` of the run, with the run's publish interval, rate limit and
-    update budget."""
+    update budget (`liveness`: how it shows the backend's stall watchdog it is alive)."""
     spec = start.spec
     return LearnerRunner(
         learner,
@@ -104,6 +134,7 @@ def make_learner_runner(
         nb_trains=start.nb_trains,
         callbacks=spec.callbacks,
         progress=progress,
+        liveness=liveness,
     )
 
 

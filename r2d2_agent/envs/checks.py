@@ -1,7 +1,9 @@
 """Checks of an environment's spaces against R2D2's needs and a config (no TensorFlow).
 
 They run wherever an env meets a config: `R2D2Agent.fit`/`test` and the `R2D2Manager`
-parent before any child starts, which must not import TensorFlow.
+parent before any child starts, which must not import TensorFlow. The manager also calls
+`check_env_reset` there once (as Stable-Baselines3's `check_env` does), so an env that
+fails in `reset()` is reported at once rather than by every actor, restart after restart.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from gymnasium import spaces
 
 from r2d2_agent.config import R2D2Config
 
-__all__ = ["check_env_matches_config", "check_env_spaces"]
+__all__ = ["check_env_matches_config", "check_env_reset", "check_env_spaces"]
 
 
 def check_env_spaces(
@@ -98,4 +100,41 @@ def check_env_matches_config(
             f"the env's observations are {env_dtype} but would be stored as "
             f"{np.dtype(observation_dtype)} (the default for image input types): pass "
             "observation_dtype=np.float32, and set config.image_scale for their range"
+        )
+
+
+def check_env_reset(env: gymnasium.Env, seed: int | None = None) -> None:
+    """Resets `env` once, as every actor will, and checks what `reset()` returns.
+
+    Args:
+        env: The env (e.g. one the factory made; it is left reset, not closed).
+        seed: The seed of that reset.
+
+    Raises:
+        ValueError: If `reset()` raises (the original exception is chained), does not
+            return `(observation, info)` with a dict `info` (the Gymnasium API), or
+            returns an observation whose shape differs from its observation space's; the
+            message says which.
+    """
+    try:
+        result = env.reset(seed=seed)
+    except Exception as exc:
+        raise ValueError(
+            f"the env's reset() failed: {type(exc).__name__}: {exc} (checked once here, "
+            "before any process starts: every actor would fail the same way)"
+        ) from exc
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ValueError(
+            "the env's reset() must return (observation, info) as Gymnasium envs do, got "
+            f"{type(result).__name__}"
+        )
+    observation, info = result
+    if not isinstance(info, dict):
+        raise ValueError(f"the env's reset() returned info of type {type(info).__name__}, not dict")
+    shape = tuple(np.shape(observation))
+    expected = tuple(env.observation_space.shape or ())
+    if shape != expected:
+        raise ValueError(
+            f"the env's reset() returned an observation of shape {shape}, but its "
+            f"observation_space has shape {expected}"
         )

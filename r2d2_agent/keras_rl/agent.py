@@ -38,6 +38,7 @@ from r2d2_agent.roles.prediction import (
     q_in_return_units,
     recurrent_step,
 )
+from r2d2_agent.roles.state_discrepancy import EpisodeRecorder, StateDiscrepancy
 
 __all__ = ["R2D2Agent"]
 
@@ -101,6 +102,8 @@ class R2D2Agent(rl_core.Agent):
         self._metrics = [float("nan")] * len(METRIC_NAMES)
         self._acting_updates = self.learner.updates  # learner updates the acting weights have
         self._predict_rng = np.random.default_rng(config.seed)
+        self.recorder: EpisodeRecorder | None = None
+        """What `record_episodes` keeps of the training episodes (None: nothing)."""
 
     # keras-rl Agent API --------------------------------------------------------------
 
@@ -325,6 +328,54 @@ class R2D2Agent(rl_core.Agent):
             action = int(np.argmax(q))
         return Prediction(action, q, RecurrentState(lstm, frames, action))
 
+    def record_episodes(self, keep: int = 10, every: int = 1) -> EpisodeRecorder:
+        """Keeps training episodes for `state_discrepancy`: from the next episode on, one
+        out of every `every` (frames, actions, rewards and the recurrent states stored),
+        the last `keep` of them. Calling it again starts a new recorder. The kept
+        episodes are held in memory whole: about `keep` x episode length x (frame bytes +
+        2 x lstm_units x 4) bytes.
+
+        Args:
+            keep: Finished episodes to keep, at least 1.
+            every: Record one episode out of this many, at least 1.
+
+        Returns:
+            The `EpisodeRecorder` (also `self.recorder`), a tee on the training adder.
+
+        Raises:
+            ValueError: If `keep` or `every` is not an int >= 1.
+        """
+        self.recorder = EpisodeRecorder(self.adder, keep, every)
+        self.actor.adder = self.recorder
+        return self.recorder
+
+    def state_discrepancy(
+        self, burnin: int | None = None, episodes: Any = None, **kwargs: Any
+    ) -> StateDiscrepancy:
+        """Is burn-in long enough? The Q-value discrepancy between replayed and true
+        recurrent states by step of the trained window (Kapturowski et al. 2019, Fig. 1),
+        for the learner's current network (`R2D2Learner.state_discrepancy`).
+
+        Args:
+            burnin: Burn-in steps to measure; `config.burnin` when None.
+            episodes: `RecordedEpisode`s; the recorder's (`record_episodes`) when None.
+            **kwargs: As for `r2d2_agent.roles.state_discrepancy.state_discrepancy`.
+
+        Returns:
+            A `StateDiscrepancy` (`r2d2_agent.plot.plot_state_discrepancy` draws it).
+
+        Raises:
+            RuntimeError: Without episodes: call `record_episodes` before `fit`.
+        """
+        if episodes is None:
+            if self.recorder is None or not self.recorder.episodes:
+                raise RuntimeError(
+                    "no recorded episode: call agent.record_episodes(keep, every) before "
+                    "fit(), or pass episodes="
+                )
+            episodes = self.recorder.episodes
+        return self.learner.state_discrepancy(episodes, burnin, **kwargs)
+
     def load_weights(self, filepath: str) -> None:
         """Loads HDF5 weights into the online and target networks and the actor.
 
@@ -454,6 +505,11 @@ class R2D2Agent(rl_core.Agent):
         if not self.compiled:
             raise RuntimeError("call compile() before fit()")
         keras_env = self._checked_env(env)
+        if self.config.envs_per_actor > 1:
+            logger.warning(
+                "envs_per_actor=%d applies to R2D2Manager's actors; fit steps the one env given",
+                self.config.envs_per_actor,
+            )
         if resume_from is not None:
             self.restore_checkpoint(resume_from)
             nb_steps = int(nb_steps) - self.step

@@ -1,4 +1,5 @@
-"""`R2D2Actor`: epsilon-greedy acting with a carried recurrent state, feeding an adder.
+"""`R2D2Actor`: epsilon-greedy acting with a carried recurrent state, feeding an adder;
+`R2D2VectorActor`: several of them, one per env, acting with one batched forward pass.
 
 The actor does not know where its weights come from or where its sequences go: it takes
 weights through `set_weights` and hands transitions to a `SequenceAdder` whose sink may be
@@ -9,6 +10,7 @@ a local learner or a channel to a learner process. It follows Acme's actor contr
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,7 @@ from r2d2_agent.config import R2D2Config
 from r2d2_agent.networks.policies import Policy
 from r2d2_agent.replay.adder import SequenceAdder
 
-__all__ = ["R2D2Actor"]
+__all__ = ["R2D2Actor", "R2D2VectorActor"]
 
 
 class R2D2Actor:
@@ -81,11 +83,43 @@ class R2D2Actor:
         if not self.episode_started:
             raise RuntimeError("call observe_first(observation) before select_action()")
         q, next_state = self._policy_step(self.stacked_observation())
-        self._last = (self._state[0], q[0])
-        self._state = next_state
+        return self.act_on(q[0], next_state[0])
+
+    def act_on(self, q: np.ndarray, next_state: np.ndarray) -> int:
+        """ε-greedy action from Q-values the policy computed for the current observation.
+
+        `select_action` is `policy_inputs`, one policy step and this; an actor of several
+        envs (`R2D2VectorActor`) runs the policy step once for all of them.
+
+        Args:
+            q: `(nb_actions,)` Q-values of the current observation.
+            next_state: `(2, lstm_units)` recurrent state after it.
+        """
+        self._last = (self._state[0], q)
+        self._state = next_state[None]
         if self.epsilon > 0.0 and self._rng.random() < self.epsilon:
             return int(self._rng.integers(self.config.nb_actions))
-        return int(np.argmax(q[0]))
+        return int(np.argmax(q))
+
+    def policy_inputs(self) -> tuple[np.ndarray, np.ndarray, int, float]:
+        """What the policy step of `select_action` takes, for this env alone.
+
+        Returns:
+            `(stacked, state, prev_action, prev_reward)`: the stacked frames
+            `(input_sequence, *frame)`, the recurrent state `(2, lstm_units)`, the
+            previous action (-1: none) and reward (as the network takes it).
+
+        Raises:
+            RuntimeError: Before `observe_first`.
+        """
+        if not self.episode_started:
+            raise RuntimeError("call observe_first(observation) before select_action()")
+        return (
+            self.stacked_observation(),
+            self._state[0],
+            self._prev_action,
+            self._prev_reward_input(),
+        )
 
     def observe(
         self, action: int, reward: float, next_observation: Any, terminated: bool, truncated: bool
@@ -128,15 +162,20 @@ class R2D2Actor:
         `normalize_rewards`, as the learner divides it)."""
         if not self.config.enable_prev_action_reward:
             return self.policy.step(stacked[None], self._state)
-        reward = self._prev_reward
-        if self.config.normalize_rewards:
-            reward /= self.policy.reward_scale
         return self.policy.step(
             stacked[None],
             self._state,
             np.array([self._prev_action], np.int32),
-            np.array([reward], np.float32),
+            np.array([self._prev_reward_input()], np.float32),
         )
+
+    def _prev_reward_input(self) -> float:
+        """The previous reward as the network takes it: divided by the policy's reward
+        scale with `normalize_rewards`, as the learner divides it."""
+        reward = self._prev_reward
+        if self.config.normalize_rewards:
+            reward /= self.policy.reward_scale
+        return reward
 
     def stacked_observation(self) -> np.ndarray:
         """The current network input, shape (input_sequence, *frame)."""
@@ -172,3 +211,106 @@ class R2D2Actor:
         self.episode_started = False
         if self.adder is not None:
             self.adder.reset()
+
+
+class R2D2VectorActor:
+    """Acts in N envs at once: one `R2D2Actor` per env, one batched policy step for all.
+
+    Each env keeps what a single-env actor keeps (its frame stack, recurrent state,
+    previous action and reward, adder, exploration rate and random generator), so env `j`
+    acts exactly as an `R2D2Actor` built with `epsilons[j]` and `seeds[j]` would; only
+    the forward pass is shared: `select_actions` stacks the N inputs into one batch.
+
+    Args:
+        config: The agent's configuration.
+        policy: The Q-network all envs act with (`R2D2Builder.make_policy`).
+        adders: One adder per env (None entries, or None for all: play only).
+        epsilons: Exploration rate of each env (e.g. its Ape-X epsilon_i), in [0, 1].
+        seeds: Seed of each env's exploration randomness (None: all unseeded).
+
+    Raises:
+        ValueError: If the lengths disagree, there is no env, or a rate is outside [0, 1].
+    """
+
+    def __init__(
+        self,
+        config: R2D2Config,
+        policy: Policy,
+        adders: Sequence[SequenceAdder | None] | None,
+        epsilons: Sequence[float],
+        seeds: Sequence[int | None] | None = None,
+    ) -> None:
+        n = len(epsilons)
+        if n < 1:
+            raise ValueError("R2D2VectorActor needs at least one env (one epsilon per env)")
+        adders = [None] * n if adders is None else list(adders)
+        seeds = [None] * n if seeds is None else list(seeds)
+        if len(adders) != n or len(seeds) != n:
+            raise ValueError(
+                f"one adder, epsilon and seed per env: got {len(adders)} adders, "
+                f"{n} epsilons and {len(seeds)} seeds"
+            )
+        self.config = config
+        self.policy = policy
+        self.actors = [
+            R2D2Actor(config, policy, adder, epsilon, seed)
+            for adder, epsilon, seed in zip(adders, epsilons, seeds, strict=True)
+        ]
+
+    @property
+    def num_envs(self) -> int:
+        """Number of envs (N)."""
+        return len(self.actors)
+
+    @property
+    def epsilons(self) -> tuple[float, ...]:
+        """Each env's exploration rate."""
+        return tuple(actor.epsilon for actor in self.actors)
+
+    def observe_first(self, env: int, observation: Any) -> None:
+        """Starts an episode of env `env` at its first observation."""
+        self.actors[env].observe_first(observation)
+
+    def select_actions(self) -> np.ndarray:
+        """ε-greedy actions of all envs from one batched policy step, shape `(N,)`.
+
+        Raises:
+            RuntimeError: If an env has no episode started.
+        """
+        inputs = [actor.policy_inputs() for actor in self.actors]
+        stacked = np.stack([x[0] for x in inputs])
+        state = np.stack([x[1] for x in inputs])
+        if self.config.enable_prev_action_reward:
+            q, next_state = self.policy.step(
+                stacked,
+                state,
+                np.array([x[2] for x in inputs], np.int32),
+                np.array([x[3] for x in inputs], np.float32),
+            )
+        else:
+            q, next_state = self.policy.step(stacked, state)
+        return np.array(
+            [actor.act_on(q[j], next_state[j]) for j, actor in enumerate(self.actors)],
+            dtype=np.int64,
+        )
+
+    def observe(
+        self,
+        env: int,
+        action: int,
+        reward: float,
+        next_observation: Any,
+        terminated: bool,
+        truncated: bool,
+    ) -> None:
+        """Records the transition of env `env` that followed `select_actions`."""
+        self.actors[env].observe(action, reward, next_observation, terminated, truncated)
+
+    def set_weights(self, weights: list[np.ndarray]) -> None:
+        """Takes new network weights (Keras `get_weights()` order), for all envs."""
+        self.policy.set_weights(weights)
+
+    def reset_state(self) -> None:
+        """Forgets every env's episode (frames, recurrent state, partial sequences)."""
+        for actor in self.actors:
+            actor.reset_state()

@@ -11,6 +11,7 @@ networks the numpy forward pass cannot run, import it when called.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from r2d2_agent.replay.adder import SequenceAdder, Sink
 from r2d2_agent.replay.layout import SequenceLayout
 from r2d2_agent.replay.sequence_replay import SequenceReplay
 from r2d2_agent.replay.sizing import storage_dtype
-from r2d2_agent.roles.actor import R2D2Actor
+from r2d2_agent.roles.actor import R2D2Actor, R2D2VectorActor
 
 if TYPE_CHECKING:
     from r2d2_agent.roles.learner import R2D2Learner
@@ -87,6 +88,9 @@ class R2D2Builder:
     def actor_epsilon(self, index: int, nb_actors: int) -> float:
         """Exploration rate of actor `index` of `nb_actors` (Ape-X schedule).
 
+        With several envs per actor, each env is an "actor" of this schedule: env `j` of
+        actor `i` is index `i * envs_per_actor + j` of `nb_actors * envs_per_actor`.
+
         Args:
             index: The actor's index in `[0, nb_actors)`.
             nb_actors: Number of actors.
@@ -123,6 +127,23 @@ class R2D2Builder:
             seed: Seed of its exploration randomness.
         """
         return R2D2Actor(self.config, policy, adder, epsilon, seed)
+
+    def make_vector_actor(
+        self,
+        policy: Policy,
+        adders: Sequence[SequenceAdder | None] | None,
+        epsilons: Sequence[float],
+        seeds: Sequence[int | None] | None = None,
+    ) -> R2D2VectorActor:
+        """An actor of `len(epsilons)` envs acting with one batched pass of `policy`.
+
+        Args:
+            policy: The acting network (`make_policy`), shared by the envs.
+            adders: One adder per env (`make_adder`); None for evaluation.
+            epsilons: Each env's exploration rate.
+            seeds: Seed of each env's exploration randomness.
+        """
+        return R2D2VectorActor(self.config, policy, adders, epsilons, seeds)
 
     def make_replay(self) -> SequenceReplay:
         """An empty prioritized replay of `config.memory_capacity` sequences."""

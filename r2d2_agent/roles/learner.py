@@ -36,11 +36,12 @@ from r2d2_agent.checkpoints import (
 from r2d2_agent.compat import keras, tf
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.math import importance_weights, linear_schedule, tf_ops
-from r2d2_agent.math.reward_scale import reward_scale
 from r2d2_agent.networks.keras_net import R2D2Network
+from r2d2_agent.networks.numpy_net import NumpyNetwork, supports_numpy
 from r2d2_agent.networks.weights_io import save_weights_atomic
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.replay.sequence_replay import SequenceReplay
+from r2d2_agent.roles.state_discrepancy import StateDiscrepancy, state_discrepancy
 
 __all__ = ["METRIC_NAMES", "R2D2Learner"]
 
@@ -138,10 +139,7 @@ class R2D2Learner:
         (`r2d2_agent.math.reward_scale`); 1.0 without `normalize_rewards`. The network's
         Q-values times this (after h⁻¹) are in return units."""
         self.flush_reward_statistics()
-        stats = self.online.reward_statistics
-        if stats is None:
-            return 1.0
-        return reward_scale(float(stats.count.numpy()), float(stats.mean_square.numpy()))
+        return self.online.reward_scale
 
     @property
     def ready(self) -> bool:
@@ -198,6 +196,29 @@ class R2D2Learner:
     def update_target(self) -> None:
         """Copies the online weights into the target network."""
         self._copy()
+
+    def state_discrepancy(
+        self, episodes: Any, burnin: int | None = None, **kwargs: Any
+    ) -> StateDiscrepancy:
+        """The recurrent-state diagnostic (Kapturowski et al. 2019, Fig. 1) of the online
+        network: the mean Q-value discrepancy by trained step of the windows the replay
+        cuts from `episodes`, from the stored or a zero state, with or without burn-in.
+        Changes nothing; see `r2d2_agent.roles.state_discrepancy`. Value-input networks
+        run through the numpy forward pass with the online weights: the same outputs in
+        about a third of the time of eager Keras calls (benchmarks/RESULTS.md).
+
+        Args:
+            episodes: `RecordedEpisode`s (e.g. `EpisodeRecorder.episodes`).
+            burnin: Burn-in steps to measure; `config.burnin` when None.
+            **kwargs: As for `state_discrepancy` (`max_batch_bytes`).
+        """
+        network: Any = self.online
+        if supports_numpy(self.config):
+            network = NumpyNetwork(self.config, self.online.get_weights())
+        dtype = self.replay.layout.frame_dtype
+        return state_discrepancy(
+            network, self.config, episodes, burnin, frame_dtype=dtype, **kwargs
+        )
 
     # Checkpoints ------------------------------------------------------------------------
 

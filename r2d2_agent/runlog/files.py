@@ -37,9 +37,10 @@ ACTOR_FILE = "actor-{index}.jsonl"
 LEARNER_FILE = "learner.jsonl"
 """One record every `interval` learner updates (`time`, `updates`, `env_steps`, `loss`,
 `mean_q_network` (mean Q of the trained steps, in the network's rescaled units),
-`mean_q_return` (h⁻¹ of it: return units), `mean_priority`, `replay_size`,
-`updates_per_second`, `env_steps_per_second`). Files of earlier versions have `mean_q`
-(network units) instead; `read_run` names it `mean_q_network`."""
+`mean_q_return` (h⁻¹ of it, times the reward scale with `normalize_rewards`: return
+units), `mean_priority`, `replay_size`, `updates_per_second`, `env_steps_per_second`).
+Files of earlier versions have `mean_q` (network units) instead; `read_run` names it
+`mean_q_network`."""
 EVAL_FILE = "eval.jsonl"
 """One record per evaluation (`time`, `env_steps`, `mean_return`, `returns`)."""
 METRICS_FILE = "metrics-{process}.jsonl"

@@ -14,6 +14,7 @@ from r2d2_agent.checkpoints import TrainingCounters
 from r2d2_agent.distributed.learner_runner import LearnerRunner
 from r2d2_agent.distributed.messages import (
     EpisodeFinished,
+    Liveness,
     StopRequested,
     WeightsLayout,
     WeightsSegment,
@@ -31,6 +32,7 @@ from r2d2_agent.distributed.wiring import (
     actor_summary,
     build_learner,
     learner_summary,
+    make_actor_envs,
     make_actor_runner,
     make_learner_runner,
 )
@@ -107,6 +109,8 @@ def actor_main(
     experience: Connection,
     stop: SharedFlag,
     counters: RunCounters,
+    *,
+    pulse: Liveness | None = None,
 ) -> None:
     """Actor process: builds its env and channels, then runs an `ActorRunner`.
 
@@ -117,21 +121,25 @@ def actor_main(
         experience: Write end of this actor's experience pipe.
         stop: The run's stop flag.
         counters: The run's counters.
+        pulse: Its heartbeat for the parent's stall watchdog (None: none).
     """
-    actor = start.load()
-    spec = actor.spec
-    env = spec.env_factory()
-    sender = PipeExperienceSender(experience, stop)
-    subscriber = SharedWeightsSubscriber(weights)
-    runner = make_actor_runner(
-        actor,
-        env,
-        sender,
-        subscriber,
-        _ActorReporter(counters, actor.index, events),
-        initial_steps=counters.actor_steps(actor.index),
-        initial_episodes=counters.actor_episodes(actor.index),
-    )
+    pulse = pulse or Liveness()
+    with pulse.busy("start-up"):  # user objects, the env, maybe a Keras policy
+        actor = start.load()
+        spec = actor.spec
+        env = make_actor_envs(spec)
+        sender = PipeExperienceSender(experience, stop)
+        subscriber = SharedWeightsSubscriber(weights)
+        runner = make_actor_runner(
+            actor,
+            env,
+            sender,
+            subscriber,
+            _ActorReporter(counters, actor.index, events),
+            initial_steps=counters.actor_steps(actor.index),
+            initial_episodes=counters.actor_episodes(actor.index),
+            liveness=pulse,
+        )
     bind_stop_requester(spec.callbacks, _stop_requester(events, f"actor {actor.index}"))
     stopped = ParentWatch(stop)
 
@@ -155,6 +163,8 @@ def learner_main(
     control: Connection,
     stop: SharedFlag,
     counters: RunCounters,
+    *,
+    pulse: Liveness | None = None,
 ) -> None:
     """Learner process: builds the learner, reports its weights layout, trains.
 
@@ -168,15 +178,19 @@ def learner_main(
         control: Read end of the parent's control pipe.
         stop: The run's stop flag.
         counters: The run's counters.
+        pulse: Its heartbeat for the parent's stall watchdog (None: none).
     """
-    learner_start = start.load()
-    spec = learner_start.spec
-    learner = build_learner(learner_start)
+    pulse = pulse or Liveness()
+    with pulse.busy("start-up"):  # the network, and a checkpoint's restore
+        learner_start = start.load()
+        spec = learner_start.spec
+        learner = build_learner(learner_start)
     learner.run_counters = _run_counters(counters)
     bind_stop_requester(spec.callbacks, _stop_requester(events, "learner"))
     events.send(WeightsLayout(WeightsSpec.from_arrays(learner.get_weights())))
     stopped = ParentWatch(stop, every=1)
     while not control.poll(0.1):
+        pulse.beat()
         if stopped():
             return
     message = control.recv()
@@ -185,7 +199,9 @@ def learner_main(
     publisher = AttachedWeightsPublisher(message.handle)
     receiver = PipeExperienceReceiver(control)
     reporter = _LearnerReporter(counters)
-    runner = make_learner_runner(learner_start, learner, receiver, publisher, reporter)
+    runner = make_learner_runner(
+        learner_start, learner, receiver, publisher, reporter, liveness=pulse
+    )
     try:
         runner.run(ParentWatch(stop, every=16))
     finally:

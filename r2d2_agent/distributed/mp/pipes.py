@@ -7,7 +7,10 @@ lock stays taken, a half-written message blocks the reader), while a private pip
 reaches end-of-file and is dropped. A restarted actor gets a new pipe whose read end the
 parent passes to the running learner over its control pipe (`ConnectActor`;
 multiprocessing transfers `Connection` objects between processes). A pipe's bounded
-kernel buffer is the back-pressure. Nothing here imports TensorFlow.
+kernel buffer is the back-pressure. The learner reads every actor pipe without blocking,
+a piece at a time, so an actor frozen (SIGSTOP) in the middle of a message never holds the
+learner: the stall watchdog restarts that actor, and the learner goes on with the others.
+Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -22,8 +25,13 @@ from collections import deque
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 
-from r2d2_agent.distributed.interfaces import ExperienceReceiver, ExperienceSender
-from r2d2_agent.distributed.messages import ConnectActor, Experience
+from r2d2_agent.distributed.messages import (
+    ConnectActor,
+    Experience,
+    ExperienceReceiver,
+    ExperienceSender,
+)
+from r2d2_agent.distributed.mp.bootstrap import ManagerGone
 from r2d2_agent.distributed.mp.shared_state import SharedFlag
 
 __all__ = ["PipeExperienceReceiver", "PipeExperienceSender"]
@@ -105,6 +113,60 @@ class PipeExperienceSender(ExperienceSender):
         self._conn.close()
 
 
+_READ_CHUNK = 1 << 20
+_READ_LIMIT = 16 << 20  # bytes read from one pipe per call, so one fast actor cannot hold it
+
+
+class _FrameReader:
+    """Reads `Connection.send_bytes` frames (a `!i` length, or -1 and a `!Q` length, then
+    the payload) from a pipe set non-blocking, whatever part of a frame has arrived."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._fd = conn.fileno()
+        os.set_blocking(self._fd, False)
+        self._buffer = bytearray()
+
+    @property
+    def partial(self) -> bool:
+        """Whether part of a frame is buffered."""
+        return bool(self._buffer)
+
+    def read(self) -> tuple[list[bytes], bool]:
+        """Reads what the pipe holds now.
+
+        Returns:
+            The frames completed, and whether the pipe reached end of file.
+        """
+        eof, total = False, 0
+        while total < _READ_LIMIT:
+            try:
+                chunk = os.read(self._fd, _READ_CHUNK)
+            except BlockingIOError:
+                break
+            if not chunk:
+                eof = True
+                break
+            self._buffer += chunk
+            total += len(chunk)
+        return self._frames(), eof
+
+    def _frames(self) -> list[bytes]:
+        frames, buffer = [], self._buffer
+        while len(buffer) >= 4:
+            (size,) = struct.unpack_from("!i", buffer, 0)
+            start = 4
+            if size == -1:
+                if len(buffer) < 12:
+                    break
+                (size,) = struct.unpack_from("!Q", buffer, 4)
+                start = 12
+            if len(buffer) < start + size:
+                break
+            frames.append(bytes(buffer[start : start + size]))
+            del buffer[: start + size]
+        return frames
+
+
 class PipeExperienceReceiver(ExperienceReceiver):
     """Receives item batches from many actor pipes; new pipes arrive on a control pipe.
 
@@ -121,8 +183,11 @@ class PipeExperienceReceiver(ExperienceReceiver):
         self, control: Connection | None = None, connections: Sequence[Connection] = ()
     ) -> None:
         self._control = control
-        self._conns: list[Connection] = list(connections)
+        self._conns: list[Connection] = []
+        self._readers: dict[Connection, _FrameReader] = {}
         self._pending: deque = deque()
+        for conn in connections:
+            self.add_connection(conn)
 
     @property
     def connections(self) -> int:
@@ -130,24 +195,33 @@ class PipeExperienceReceiver(ExperienceReceiver):
         return len(self._conns)
 
     def add_connection(self, conn: Connection) -> None:
-        """Starts reading from another actor pipe."""
+        """Starts reading from another actor pipe (set non-blocking)."""
         self._conns.append(conn)
+        self._readers[conn] = _FrameReader(conn)
 
     def _read(self, conn: Connection) -> None:
         if conn is self._control:
             try:
                 message = conn.recv()
             except (EOFError, OSError) as exc:
-                raise RuntimeError("the manager's control pipe closed: manager gone") from exc
+                raise ManagerGone("the manager's control pipe closed: manager gone") from exc
             if not isinstance(message, ConnectActor):
                 raise RuntimeError(f"unexpected control message {message!r}")
             self.add_connection(message.connection)
             return
+        reader = self._readers[conn]
         try:
-            self._pending.extend(pickle.loads(conn.recv_bytes()))
-        except (EOFError, OSError) as exc:  # actor gone, maybe in the middle of a message
-            logger.info("dropping an experience pipe (%s)", exc or type(exc).__name__)
+            frames, eof = reader.read()
+        except OSError as exc:
+            frames, eof = [], True
+            logger.info("experience pipe failed (%s)", exc)
+        for frame in frames:
+            self._pending.extend(pickle.loads(frame))
+        if eof:  # actor gone, maybe in the middle of a message
+            cut = " in the middle of a message" if reader.partial else ""
+            logger.info("dropping an experience pipe: its actor closed it%s", cut)
             self._conns.remove(conn)
+            del self._readers[conn]
             conn.close()
 
     def receive(self, max_items: int, timeout: float) -> list[Experience]:
@@ -176,4 +250,5 @@ class PipeExperienceReceiver(ExperienceReceiver):
         for conn in self._conns:
             conn.close()
         self._conns.clear()
+        self._readers.clear()
         self._pending.clear()

@@ -1,6 +1,7 @@
-"""Lock-free state shared by the processes of one run: the stop flag and the counters.
+"""Lock-free state shared by the processes of one run: the stop flag, the counters and the
+children's heartbeats.
 
-Both live in raw shared memory and every slot has exactly one writer: a process killed
+All live in raw shared memory and every slot has exactly one writer: a process killed
 while holding a multiprocessing lock (as `Event.is_set` takes one) would deadlock every
 other process, so none is used.
 """
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LEARNER_FIELDS", "RunCounters", "SharedFlag"]
+__all__ = ["LEARNER_FIELDS", "Heartbeats", "RunCounters", "SharedFlag"]
 
 LEARNER_FIELDS = ("updates", "sequences", "env_steps", "version")
 """The learner's counters, in slot order: learner updates, sequences received, env steps
@@ -116,3 +117,42 @@ class RunCounters:
     def loss(self) -> float:
         """The learner's latest loss (NaN before the first update)."""
         return float(self._loss.value)
+
+
+class Heartbeats:
+    """Signs of life of a run's children, for the parent's stall watchdog: per child slot,
+    a beat count and whether the child is inside a declared long operation.
+
+    Child `slot` is the only writer of its slot while it runs (its main thread between
+    steps, its keep-alive thread during long operations); the parent resets a slot before
+    it starts a child there, and otherwise only reads.
+
+    Args:
+        ctx: The multiprocessing context of the run.
+        nb_slots: Number of child slots (the learner's and one per actor).
+    """
+
+    def __init__(self, ctx: BaseContext, nb_slots: int) -> None:
+        self._beats = ctx.RawArray(ctypes.c_int64, nb_slots)
+        self._busy = ctx.RawArray(ctypes.c_int8, nb_slots)
+
+    def reset(self, slot: int) -> None:
+        """Parent only, before a child starts in `slot`: no beat, not busy."""
+        self._beats[slot] = 0
+        self._busy[slot] = 0
+
+    def beat(self, slot: int) -> None:
+        """A sign of life of the child in `slot`."""
+        self._beats[slot] = self._beats[slot] + 1
+
+    def beats(self, slot: int) -> int:
+        """How many signs of life the child in `slot` gave (0: none yet)."""
+        return int(self._beats[slot])
+
+    def set_busy(self, slot: int, busy: bool) -> None:
+        """The child in `slot` enters (True) or leaves (False) a long operation."""
+        self._busy[slot] = 1 if busy else 0
+
+    def busy(self, slot: int) -> bool:
+        """Whether the child in `slot` is inside a declared long operation."""
+        return bool(self._busy[slot])

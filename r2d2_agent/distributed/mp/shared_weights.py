@@ -33,7 +33,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import secrets
 import sys
 import threading
 import time
@@ -43,6 +42,8 @@ from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
+
+from r2d2_agent.leftovers import segment_name
 
 logger = logging.getLogger(__name__)
 
@@ -204,10 +205,14 @@ class SharedWeights:
 
     @classmethod
     def create(cls, spec: WeightsSpec, name_prefix: str = "r2d2") -> SharedWeights:
-        """Creates a zeroed segment named `{prefix}_{pid}_{hex}`. The caller owns it."""
+        """Creates a zeroed segment named `{prefix}_{owner tag}_{hex}`. The caller owns it.
+
+        The owner tag (`r2d2_agent.leftovers.owner_tag`: PID and start time on Linux) lets
+        a later run remove the segment if this process is killed before it can.
+        """
         if not _PREFIX_RE.match(name_prefix):
             raise ValueError(f"name_prefix must match {_PREFIX_RE.pattern}, got {name_prefix!r}")
-        name = f"{name_prefix}_{os.getpid()}_{secrets.token_hex(4)}"
+        name = segment_name(name_prefix)
         shm = shared_memory.SharedMemory(name=name, create=True, size=spec.segment_size)
         np.ndarray((shm.size,), dtype=np.uint8, buffer=shm.buf)[:] = 0
         self = cls(shm, spec, owner=True, writer=True)

@@ -3,11 +3,23 @@ stop the child processes.
 
 The parent waits on every child's process sentinel and event pipe at once
 (`multiprocessing.connection.wait`), so a death is seen within one poll (0.1 s). Shutdown
-(normal, on error or on Ctrl-C) raises the stop flag, gives the children
-`shutdown_timeout` seconds, terminates then kills stragglers, reads the final weights from
-shared memory, closes every pipe and unlinks the segment, whatever happened before.
+(normal, on error, on Ctrl-C, SIGTERM or SIGHUP) raises the stop flag, gives the children
+`shutdown_timeout` seconds, kills stragglers, reads the final weights from shared memory,
+closes every pipe and unlinks the segment, whatever happened before.
+Before the learner starts, the segments of runs that were killed (SIGKILL, their resource
+tracker with them) are removed: `r2d2_agent.leftovers` checks that their owner is dead.
 Starting and stopping one process is `children`; what the run reports is
 `r2d2_agent.distributed.reports`.
+
+The stall watchdog (`stall_timeout`): every child beats in its slot of the shared
+`Heartbeats` (its loop once per step or iteration; a keep-alive thread during declared
+long operations, see `Liveness`). At every poll the parent notes when each child's beat
+count last changed; a child silent for longer than `stall_timeout` is killed (SIGKILL,
+which also ends a SIGSTOPped process) and then handled as dead: an actor is restarted, the
+learner stops the run with `R2D2ProcessError`. A pause of the parent itself (a slow
+`on_progress`, the whole group stopped with Ctrl-Z) does not count as the children's
+silence. At shutdown, a child still inside a long operation (the learner writing its final
+checkpoint) gets time past `shutdown_timeout` for as long as it is not stalled.
 """
 
 from __future__ import annotations
@@ -24,7 +36,6 @@ from typing import Any
 import numpy as np
 
 from r2d2_agent.checkpoints import TrainingState
-from r2d2_agent.distributed.errors import describe_exit
 from r2d2_agent.distributed.messages import (
     ActorSummary,
     ChildFailed,
@@ -35,20 +46,29 @@ from r2d2_agent.distributed.messages import (
     WeightsLayout,
     WeightsSegment,
 )
-from r2d2_agent.distributed.mp.bootstrap import ChildSetup, Deferred
+from r2d2_agent.distributed.mp.bootstrap import ChildSetup, Deferred, Pulse
 from r2d2_agent.distributed.mp.children import ChildProcess, child_error, spawn_child, terminate
 from r2d2_agent.distributed.mp.entrypoints import actor_main, learner_main
-from r2d2_agent.distributed.mp.shared_state import RunCounters, SharedFlag
+from r2d2_agent.distributed.mp.shared_state import Heartbeats, RunCounters, SharedFlag
 from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
-from r2d2_agent.distributed.reports import Progress
+from r2d2_agent.distributed.reports import MAIN_GUARD_HINT, Progress, describe_exit
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec, TrainLimits
 from r2d2_agent.distributed.supervision import BackendSupervisor
+from r2d2_agent.leftovers import reclaim_segments
 
 __all__ = ["Supervisor"]
 
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.1
+_PARENT_PAUSE_S = 2.0
+"""A gap between two watchdog checks longer than this is a pause of the parent itself
+(a slow `on_progress`, the group stopped with Ctrl-Z): the children's silence restarts
+from zero."""
+_FIRST_BEAT_S = 60.0
+"""Before its first beat a child gets at least this long: starting a Python process and
+importing its modules precede the child's own code (its start-up then beats as busy), and
+take several seconds on a loaded machine."""
 
 
 class Supervisor(BackendSupervisor):
@@ -82,6 +102,8 @@ class Supervisor(BackendSupervisor):
         n = spec.nb_actors
         self.stop = SharedFlag(self.ctx)
         self.counters = RunCounters(self.ctx, n)
+        self.heartbeats = Heartbeats(self.ctx, 1 + n)  # slot 0: the learner; 1 + i: actor i
+        self._last_watch = time.monotonic()
         if resume is not None:  # before any child starts: the parent is the only writer
             c = resume.counters
             for i, (steps, episodes) in enumerate(
@@ -99,6 +121,7 @@ class Supervisor(BackendSupervisor):
     # Public --------------------------------------------------------------------------
 
     def _start(self) -> None:
+        reclaim_segments()  # those of runs killed before they could unlink them; never a live one's
         self._start_learner()
         while self.weights_spec is None and not self._limit_reached():
             self._poll()
@@ -141,7 +164,20 @@ class Supervisor(BackendSupervisor):
         interrupted = None
         try:
             deadline = time.monotonic() + self.spec.options.shutdown_timeout
-            while any(not c.exited for c in children) and time.monotonic() < deadline:
+            waited_for_busy = False
+            while any(not c.exited for c in children):
+                if time.monotonic() >= deadline:
+                    busy = [c for c in children if not c.exited and self._busy(c)]
+                    if not busy:
+                        break
+                    if not waited_for_busy:
+                        waited_for_busy = True
+                        logger.warning(
+                            "%s still busy (e.g. writing its final checkpoint) after "
+                            "shutdown_timeout=%g s; waiting while it shows signs of life",
+                            ", ".join(c.name for c in busy),
+                            self.spec.options.shutdown_timeout,
+                        )
                 self._poll()
         except KeyboardInterrupt as exc:  # a second Ctrl-C: no more patience
             interrupted = exc
@@ -177,6 +213,7 @@ class Supervisor(BackendSupervisor):
             tf_verbose=spec.options.tf_verbose,
         )
         self.control = control_w
+        self.heartbeats.reset(0)
         try:
             self.learner = spawn_child(
                 self.ctx,
@@ -188,6 +225,7 @@ class Supervisor(BackendSupervisor):
                 control_r,
                 self.stop,
                 self.counters,
+                pulse=Pulse(self.heartbeats, 0),
             )
         finally:
             control_r.close()
@@ -214,6 +252,7 @@ class Supervisor(BackendSupervisor):
             log_level=spec.log_level,
             tf_verbose=spec.options.tf_verbose,
         )
+        self.heartbeats.reset(1 + i)
         try:
             self.actors[i] = spawn_child(
                 self.ctx,
@@ -226,7 +265,9 @@ class Supervisor(BackendSupervisor):
                 exp_w,
                 self.stop,
                 self.counters,
+                pulse=Pulse(self.heartbeats, 1 + i),
             )
+            self.actors[i].steps_at_start = self.counters.actor_steps(i)
             self._send_control(ConnectActor(i, exp_r))  # the learner reads this actor's pipe
         finally:
             exp_w.close()
@@ -254,6 +295,58 @@ class Supervisor(BackendSupervisor):
             if child.process.exitcode is not None:
                 child.exited = True
                 self._on_exit(child)
+        self._watch_stalls([c for c in live if not c.exited])
+
+    # The stall watchdog ----------------------------------------------------------------
+
+    @staticmethod
+    def _slot(child: ChildProcess) -> int:
+        return 0 if child.index is None else 1 + child.index
+
+    def _busy(self, child: ChildProcess) -> bool:
+        """Whether `child` is inside a declared long operation."""
+        return self.heartbeats.busy(self._slot(child))
+
+    def _watch_stalls(self, children: list[ChildProcess]) -> None:
+        """Kills and handles every child silent for longer than `stall_timeout`."""
+        timeout = self.spec.options.stall_timeout
+        now = time.monotonic()
+        paused = now - self._last_watch > _PARENT_PAUSE_S
+        self._last_watch = now
+        if timeout is None:
+            return
+        for child in children:
+            beats = self.heartbeats.beats(self._slot(child))
+            limit = timeout if child.beats else max(timeout, _FIRST_BEAT_S)
+            if beats != child.beats or paused:
+                child.beats = beats
+                child.last_sign_of_life = now
+            elif now - child.last_sign_of_life > limit:
+                self._on_stall(child, now - child.last_sign_of_life)
+
+    def _on_stall(self, child: ChildProcess, silent: float) -> None:
+        timeout = self.spec.options.stall_timeout
+        child.stalled_for = silent
+        logger.error(
+            "%s stalled: no sign of life for %.1f s (stall_timeout=%g s; frozen, e.g. by "
+            "SIGSTOP, or deadlocked); killing it",
+            child.name,
+            silent,
+            timeout,
+        )
+        terminate(child.process, grace=0.0)  # SIGKILL: a stopped process ends too
+        self._drain(child)
+        child.exited = True
+        if self.stopping:
+            return
+        if child.role == "learner":
+            raise child_error(
+                child,
+                f"learner stalled: no sign of life for {silent:.1f} s "
+                f"(stall_timeout={timeout:g} s); it was killed",
+                child.process.exitcode,
+            )
+        self._on_exit(child)
 
     def _drain(self, child: ChildProcess) -> None:
         while not child.events.closed:
@@ -286,6 +379,15 @@ class Supervisor(BackendSupervisor):
 
     def _on_exit(self, child: ChildProcess) -> None:
         code = child.process.exitcode
+        if code == 1 and child.error is None and not self.stopping and not child.beats:
+            if not self.heartbeats.beats(self._slot(child)):  # its own code never ran
+                raise child_error(
+                    child,
+                    f"the {child.name} process failed while it started, before its own code "
+                    f"ran; most often: {MAIN_GUARD_HINT}",
+                    code,
+                    "its traceback went to stderr",
+                )
         if child.role == "learner":
             if code == 0 and (
                 self.book.trains_done(self.counters.learner_value("updates")) or self.stopping
@@ -297,9 +399,19 @@ class Supervisor(BackendSupervisor):
         if code == 0 or self.stopping:
             return
         i = child.index
+        if child.error is not None and self.counters.actor_steps(i) == child.steps_at_start:
+            raise child_error(
+                child,
+                f"actor {i} failed before its first env step: a start-up failure, which "
+                "a restart would repeat, so it is not restarted",
+                code,
+            )
+        stalled = "" if child.stalled_for is None else f"stalled for {child.stalled_for:.0f} s; "
         if not self.book.may_restart(i):
-            raise child_error(child, self.book.restart_refusal(i), code)
+            raise child_error(child, stalled + self.book.restart_refusal(i), code)
         last = (child.error or "").strip().splitlines()[-1:] or ["no traceback"]
+        if stalled:
+            last = [f"silent for {child.stalled_for:.1f} s, killed by the stall watchdog"]
         logger.warning("actor %d died (%s: %s); restarting it", i, describe_exit(code), last[0])
         self.book.restarts[i] += 1
         child.events.close()

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from r2d2_agent.distributed.interfaces import WeightsPublisher, WeightsSubscriber
+from r2d2_agent.distributed.messages import WeightsPublisher, WeightsSubscriber
 from r2d2_agent.distributed.mp.shared_weights import SharedWeights, SharedWeightsHandle, WeightsSpec
 
 __all__ = ["AttachedWeightsPublisher", "SharedWeightsPublisher", "SharedWeightsSubscriber"]

@@ -2,14 +2,16 @@
 
 One board per `train` call runs as a small Ray actor (no CPU reserved) beside the driver.
 Every process reports to it every `RayOptions.report_interval` seconds and reads the stop
-flag in the reply; the learner registers each weights publish there (its version and the
-object-store reference, never the arrays); the driver reads a `BoardSnapshot` ten times a
-second. It is a plain class, so it is tested without Ray.
+flag in the reply (the reports, and heartbeats during declared long operations, are the
+signs of life the driver's stall watchdog reads); the learner registers each weights
+publish there (its version and the object-store reference, never the arrays); the driver
+reads a `BoardSnapshot` ten times a second. It is a plain class, so it is tested without Ray.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +87,9 @@ class BoardSnapshot:
             snapshot, in arrival order.
         stop_requests: Who asked to stop and why (`R2D2Callback.request_stop`), since the
             last snapshot.
+        silent_for: (worker, seconds since its last sign of life: a report or a
+            keep-alive heartbeat) for every worker ("learner", "actor <i>") seen so far.
+        busy: The workers inside a declared long operation.
     """
 
     actor_steps: tuple[int, ...]
@@ -92,6 +97,8 @@ class BoardSnapshot:
     learner: LearnerReport
     returns: tuple[tuple[int, float], ...]
     stop_requests: tuple[str, ...]
+    silent_for: tuple[tuple[str, float], ...] = ()
+    busy: tuple[str, ...] = ()
 
 
 class RunBoard:
@@ -120,6 +127,8 @@ class RunBoard:
         self._stop_requests: list[str] = []
         self._weights: PublishedWeights | None = None
         self._stop = False
+        self._signs: dict[str, float] = {}  # worker -> time.monotonic() of its last sign
+        self._busy: set[str] = set()
 
     # Actors ----------------------------------------------------------------------------
 
@@ -130,6 +139,7 @@ class RunBoard:
     def actor_report(self, report: ActorReport) -> ActorReply:
         """Records an actor's report; replies with the stop flag and the total env steps."""
         i = report.index
+        self._signs[f"actor {i}"] = time.monotonic()
         self._steps[i] = max(self._steps[i], int(report.steps))
         self._episodes[i] = max(self._episodes[i], int(report.episodes))
         self._returns.extend((i, float(r)) for r in report.returns)
@@ -139,6 +149,7 @@ class RunBoard:
 
     def learner_report(self, report: LearnerReport) -> bool:
         """Records the learner's counters; returns the stop flag."""
+        self._signs["learner"] = time.monotonic()
         self._learner = report
         return self._stop
 
@@ -164,6 +175,19 @@ class RunBoard:
 
     # Anyone ----------------------------------------------------------------------------
 
+    def heartbeat(self, who: str) -> None:
+        """A sign of life of worker `who` ("learner", "actor <i>") besides its reports:
+        its keep-alive thread during a long operation."""
+        self._signs[who] = time.monotonic()
+
+    def set_busy(self, who: str, busy: bool) -> None:
+        """Worker `who` enters (True) or leaves (False) a declared long operation."""
+        self._signs[who] = time.monotonic()
+        if busy:
+            self._busy.add(who)
+        else:
+            self._busy.discard(who)
+
     def request_stop(self, detail: str) -> None:
         """A callback asked to end the run (`R2D2Callback.request_stop` in a child)."""
         self._stop_requests.append(detail)
@@ -177,13 +201,17 @@ class RunBoard:
         return self._stop
 
     def snapshot(self) -> BoardSnapshot:
-        """The counters, and the returns and stop requests since the last snapshot."""
+        """The counters, the workers' silences, and the returns and stop requests since
+        the last snapshot."""
+        now = time.monotonic()
         snap = BoardSnapshot(
             actor_steps=tuple(self._steps),
             actor_episodes=tuple(self._episodes),
             learner=self._learner,
             returns=tuple(self._returns),
             stop_requests=tuple(self._stop_requests),
+            silent_for=tuple((who, now - t) for who, t in self._signs.items()),
+            busy=tuple(sorted(self._busy)),
         )
         self._returns.clear()
         self._stop_requests.clear()

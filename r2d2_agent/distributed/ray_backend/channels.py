@@ -22,13 +22,13 @@ import numpy as np
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from r2d2_agent.distributed.interfaces import (
+from r2d2_agent.distributed.messages import (
+    Experience,
     ExperienceReceiver,
     ExperienceSender,
     WeightsPublisher,
     WeightsSubscriber,
 )
-from r2d2_agent.distributed.messages import Experience
 from r2d2_agent.distributed.ray_backend.board import PublishedWeights
 
 __all__ = [

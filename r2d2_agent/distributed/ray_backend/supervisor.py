@@ -9,7 +9,10 @@ worker that raised or whose process or node was lost is seen at that poll. An ac
 restarted up to `max_actor_restarts` times; a lost learner stops the run with
 `R2D2ProcessError` holding the remote traceback. Shutdown raises the board's stop flag,
 gives the workers `shutdown_timeout` seconds, kills what is left, and keeps the learner's
-final weights.
+final weights. SIGTERM or SIGHUP to the driver stops the run the same way (the learner
+writes its final checkpoint); Ray starts its workers in process groups of their own, so a
+signal to the driver's process group does not reach them, and a local Ray started for the
+run starts with SIGTERM and SIGHUP blocked, so they do not tear it down either.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import logging
 import math
 import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,7 +36,6 @@ from ray.exceptions import RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from r2d2_agent.checkpoints import TrainingState
-from r2d2_agent.distributed.errors import R2D2ProcessError
 from r2d2_agent.distributed.process_setup import ChildSetup, Deferred
 from r2d2_agent.distributed.ray_backend.board import BoardSnapshot, RunBoard
 from r2d2_agent.distributed.ray_backend.options import RayOptions
@@ -41,7 +45,7 @@ from r2d2_agent.distributed.ray_backend.workers import (
     LearnerWorker,
     WorkerPlace,
 )
-from r2d2_agent.distributed.reports import Progress
+from r2d2_agent.distributed.reports import Progress, R2D2ProcessError
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec, TrainLimits
 from r2d2_agent.distributed.supervision import BackendSupervisor
 
@@ -50,6 +54,8 @@ __all__ = ["RaySupervisor"]
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.1
+_PARENT_PAUSE_S = 2.0  # a longer gap between two watchdog checks: the driver paused
+_FIRST_SIGN_S = 60.0  # before its first sign of life a worker gets at least this long
 _NICENESS_ENV = "RAY_worker_niceness"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -70,6 +76,12 @@ class _Worker:
         self.place: WorkerPlace | None = None
         self.started_at = time.monotonic()
         self.done = False
+        self.last_sign_of_life = self.started_at
+        """When the driver last knew the worker alive (its start, then its signs)."""
+        self.signed = False
+        """Whether this worker gave a sign of life since it started."""
+        self.steps_at_start = 0
+        """An actor's env steps on the board when it (re)started."""
 
     @property
     def name(self) -> str:
@@ -138,12 +150,18 @@ class RaySupervisor(BackendSupervisor):
         self._actors: list[_Worker | None] = [None] * n
         self._snapshot: BoardSnapshot | None = None
         self._outcome: LearnerOutcome | None = None
+        self._last_watch = time.monotonic()
 
     # Public ----------------------------------------------------------------------------
 
-    def _start(self) -> None:
+    def _prepare(self) -> None:
+        # Before the run's SIGTERM/SIGHUP handlers: a local Ray started here installs its
+        # own SIGTERM handler in the driver (stop everything and exit), which the run's
+        # handlers then replace while the run lasts.
         self._connect()
         self._check_resources()
+
+    def _start(self) -> None:
         self._start_board()
         self._start_learner()
         for i in range(self.spec.nb_actors):
@@ -215,7 +233,7 @@ class RaySupervisor(BackendSupervisor):
             else:  # a local Ray for this run
                 needed = math.ceil(self.options.cpus_needed(self.spec.nb_actors))
                 num_cpus = self.options.init_num_cpus or max(os.cpu_count() or 1, needed)
-                with _worker_niceness_zero():
+                with _worker_niceness_zero(), _stop_signals_blocked():
                     ray.init(
                         num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING
                     )
@@ -327,6 +345,7 @@ class RaySupervisor(BackendSupervisor):
             self._setup("actor", i, not spec.builder.use_numpy_policy, spec.options.actors_on_cpu)
         )
         worker = _Worker("actor", i, handle)
+        worker.steps_at_start = self._counts()["actor_env_steps"][i]
         worker.run_ref = handle.run.remote(
             Deferred(start, cloudpickle.dumps),
             self._board,
@@ -358,6 +377,56 @@ class RaySupervisor(BackendSupervisor):
                     self._on_learner_done(worker)
                 else:
                     self._on_actor_done(worker)
+        self._watch_stalls()
+
+    # The stall watchdog ----------------------------------------------------------------
+
+    def _watch_stalls(self) -> None:
+        """Reads every live worker's silence from the board's snapshot; kills and handles
+        a worker silent for longer than `stall_timeout`."""
+        timeout = self.spec.options.stall_timeout
+        now = time.monotonic()
+        paused = now - self._last_watch > _PARENT_PAUSE_S
+        self._last_watch = now
+        if timeout is None or self._snapshot is None:
+            return
+        silences = dict(self._snapshot.silent_for)
+        for worker in self._live():
+            silent = silences.get(worker.name)
+            if silent is not None and now - silent > worker.started_at:  # this incarnation's
+                worker.signed = True
+                worker.last_sign_of_life = max(worker.last_sign_of_life, now - silent)
+            if paused:
+                worker.last_sign_of_life = now
+            limit = timeout if worker.signed else max(timeout, _FIRST_SIGN_S)
+            if now - worker.last_sign_of_life > limit:
+                self._on_stall(worker, now - worker.last_sign_of_life)
+
+    def _on_stall(self, worker: _Worker, silent: float) -> None:
+        timeout = self.spec.options.stall_timeout
+        logger.error(
+            "%s stalled: no sign of life for %.1f s (stall_timeout=%g s; frozen, e.g. by "
+            "SIGSTOP, or deadlocked); killing it",
+            worker.name,
+            silent,
+            timeout,
+        )
+        _kill_worker(worker)
+        worker.done = True
+        if self.stopping:
+            return
+        what = (
+            f"{worker.name} stalled: no sign of life for {silent:.1f} s "
+            f"(stall_timeout={timeout:g} s)"
+        )
+        if worker.role == "learner":
+            raise R2D2ProcessError(f"{what}; its Ray actor was killed", "learner")
+        i = worker.index
+        if not self.book.may_restart(i):
+            raise R2D2ProcessError(f"{what}; " + self.book.restart_refusal(i), "actor", i)
+        logger.warning("%s; restarting it", what)
+        self.book.restarts[i] += 1
+        self._start_actor(i)
 
     def _refresh(self) -> None:
         """Reads the board: counters, new episode returns, children's stop requests."""
@@ -412,6 +481,14 @@ class RaySupervisor(BackendSupervisor):
         except (RayTaskError, RayActorError) as exc:
             if self.stopping:
                 return
+            steps = self._counts()["actor_env_steps"][i]
+            if isinstance(exc, RayTaskError) and steps == worker.steps_at_start:
+                raise _remote_error(
+                    worker,
+                    f"actor {i} failed before it reported any env step: a start-up "
+                    "failure, which a restart would repeat, so it is not restarted",
+                    exc,
+                ) from None
             if not self.book.may_restart(i):
                 raise _remote_error(worker, self.book.restart_refusal(i), exc) from None
             first_line = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
@@ -423,15 +500,30 @@ class RaySupervisor(BackendSupervisor):
         self.book.actor_info[i] = _with_place(dataclasses.asdict(summary), worker)
 
     def _wait_for_workers(self, timeout: float) -> None:
-        """Waits up to `timeout` seconds for the workers' `run` calls, keeping results."""
+        """Waits up to `timeout` seconds for the workers' `run` calls, keeping results; a
+        worker inside a declared long operation (the learner writing its final
+        checkpoint) gets longer, as long as it is not stalled."""
         deadline = time.monotonic() + timeout
-        while self._live() and time.monotonic() < deadline:
+        while self._live():
+            if time.monotonic() >= deadline and not self._busy_workers():
+                break
             live = self._live()
             ray.wait([w.run_ref for w in live], num_returns=len(live), timeout=_POLL_S)
             for worker in live:
                 if ray.wait([worker.run_ref], timeout=0)[0]:
                     worker.done = True
                     self._collect_at_shutdown(worker)
+
+    def _busy_workers(self) -> list[_Worker]:
+        """Live workers inside a declared long operation and not stalled (refreshes the
+        board's snapshot)."""
+        try:
+            self._refresh()
+        except R2D2ProcessError:  # the board is gone: nothing to wait for
+            return []
+        self._watch_stalls()
+        busy = set(self._snapshot.busy) if self._snapshot is not None else set()
+        return [w for w in self._live() if w.name in busy]
 
     def _collect_at_shutdown(self, worker: _Worker) -> None:
         try:
@@ -511,6 +603,40 @@ def _worker_niceness_zero() -> Iterator[None]:
     finally:
         if previous is None:
             os.environ.pop(_NICENESS_ENV, None)
+
+
+@contextlib.contextmanager
+def _stop_signals_blocked() -> Iterator[None]:
+    """Blocks SIGTERM and SIGHUP in this thread while a local Ray starts: its processes
+    (GCS, raylet, agents) inherit the mask, so a SIGTERM sent to the driver's whole process
+    group (they share it) stays pending in them instead of tearing Ray down before the
+    learner's final checkpoint; `ray.shutdown()` still ends them (SIGKILL after its grace
+    period). The driver's own handlers get any such signal when the mask is restored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _kill_worker(worker: _Worker) -> None:
+    """Kills a worker's Ray actor, and its process too when it runs on this machine (a
+    stopped process may not answer Ray's own kill): the process of that id here must be a
+    Ray worker ("ray::..."), so another machine's id never kills a process of this one."""
+    _kill(worker.handle)
+    place = worker.place
+    if place is None or place.hostname != os.uname().nodename:
+        return
+    try:
+        with open(f"/proc/{place.pid}/cmdline", "rb") as cmdline:
+            if not cmdline.read().startswith(b"ray::"):
+                return
+        os.kill(place.pid, signal.SIGKILL)
+    except (OSError, ProcessLookupError):
+        pass
 
 
 def _kill(handle: Any) -> None:

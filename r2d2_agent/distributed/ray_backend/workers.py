@@ -20,7 +20,12 @@ import numpy as np
 import ray
 
 from r2d2_agent.distributed.learner_runner import LearnerRunner
-from r2d2_agent.distributed.messages import ActorSummary, Experience, LearnerSummary
+from r2d2_agent.distributed.messages import (
+    ActorSummary,
+    Experience,
+    KeepAliveLiveness,
+    LearnerSummary,
+)
 from r2d2_agent.distributed.process_setup import ChildSetup, Deferred, prepare_process
 from r2d2_agent.distributed.ray_backend.board import (
     ActorReport,
@@ -39,6 +44,7 @@ from r2d2_agent.distributed.wiring import (
     actor_summary,
     build_learner,
     learner_summary,
+    make_actor_envs,
     make_actor_runner,
     make_learner_runner,
 )
@@ -75,6 +81,26 @@ def _stop_requester(board: Any, who: str):
         board.request_stop.remote(f"{who}: {reason}")
 
     return request
+
+
+class _BoardPulse(KeepAliveLiveness):
+    """A worker's `Liveness` for the driver's stall watchdog: its reports to the board are
+    its beats; during a declared long operation a keep-alive thread sends heartbeats."""
+
+    def __init__(self, board: Any, who: str, interval: float = 1.0) -> None:
+        super().__init__(interval)
+        self._board = board
+        self._who = who
+
+    def beat(self) -> None:
+        """Nothing: the loop's reports to the board, every `report_interval`, are its
+        signs of life (a call per env step would cost more than the step)."""
+
+    def keep_alive(self) -> None:
+        self._board.heartbeat.remote(self._who)
+
+    def set_busy(self, busy: bool) -> None:
+        self._board.set_busy.remote(self._who, busy)
 
 
 class _ActorBoardReporter:
@@ -211,28 +237,31 @@ class ActorWorker:
         """
         actor = start.load()
         spec = actor.spec
-        steps, episodes = ray.get(board.actor_counts.remote(actor.index))
-        reporter = _ActorBoardReporter(
-            board,
-            actor.index,
-            steps,
-            episodes,
-            nb_steps=actor.nb_steps,
-            nb_actors=spec.nb_actors,
-            interval=interval,
-        )
-        env = spec.env_factory()
-        sender = ActorCallSender(learner, reporter.stopped)
-        subscriber = ObjectStoreSubscriber(reporter.latest_weights)
-        runner = make_actor_runner(
-            actor,
-            env,
-            sender,
-            subscriber,
-            reporter,
-            initial_steps=steps,
-            initial_episodes=episodes,
-        )
+        pulse = _BoardPulse(board, f"actor {actor.index}")
+        with pulse.busy("start-up"):  # the env, maybe a Keras policy
+            steps, episodes = ray.get(board.actor_counts.remote(actor.index))
+            reporter = _ActorBoardReporter(
+                board,
+                actor.index,
+                steps,
+                episodes,
+                nb_steps=actor.nb_steps,
+                nb_actors=spec.nb_actors,
+                interval=interval,
+            )
+            env = make_actor_envs(spec)
+            sender = ActorCallSender(learner, reporter.stopped)
+            subscriber = ObjectStoreSubscriber(reporter.latest_weights)
+            runner = make_actor_runner(
+                actor,
+                env,
+                sender,
+                subscriber,
+                reporter,
+                initial_steps=steps,
+                initial_episodes=episodes,
+                liveness=pulse,
+            )
         bind_stop_requester(spec.callbacks, _stop_requester(board, f"actor {actor.index}"))
         try:
             runner.run(reporter.should_stop)
@@ -273,15 +302,19 @@ class LearnerWorker:
             board: The run's board (counters, stop flag, weights references).
             interval: Seconds between reports to the board.
         """
-        learner_start = start.load()
-        spec = learner_start.spec
-        learner = build_learner(learner_start)
+        pulse = _BoardPulse(board, "learner")
+        with pulse.busy("start-up"):  # the network, and a checkpoint's restore
+            learner_start = start.load()
+            spec = learner_start.spec
+            learner = build_learner(learner_start)
         learner.run_counters = lambda: ray.get(board.run_counters.remote())
         bind_stop_requester(spec.callbacks, _stop_requester(board, "learner"))
         publisher = ObjectStorePublisher(board)
         receiver = InboxReceiver(self._inbox)
         reporter = _LearnerBoardReporter(board, interval)
-        runner = make_learner_runner(learner_start, learner, receiver, publisher, reporter)
+        runner = make_learner_runner(
+            learner_start, learner, receiver, publisher, reporter, liveness=pulse
+        )
         try:
             runner.run(reporter.should_stop)
         finally:

@@ -1,0 +1,364 @@
+"""`VectorEpisodeLoop`: one actor stepping N envs, one batched forward pass per step.
+
+Where `EpisodeLoop` runs one env, this loop runs an `EnvBatch` of N envs side by side: per
+step it asks the actor (`R2D2VectorActor`) for all N actions at once, steps every env,
+and hands each env's transition to the actor separately. Every env keeps its own episode:
+`terminated` and `truncated` stay apart per env, and an env whose episode ends is reset
+alone while the others go on. Env `j` therefore plays exactly the episodes a single-env
+actor with the same seed and exploration rate would (`tests/test_vector_actor.py`).
+
+Two batches are provided: `EnvList`, N Gymnasium envs stepped one after the other in this
+process, and `GymVectorEnvBatch`, a Gymnasium `VectorEnv` (`SyncVectorEnv`,
+`AsyncVectorEnv`, `gymnasium.make_vec`) in any autoreset mode. Both copy observations on
+entry, so an env that reuses its observation buffer cannot change frames already taken.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from r2d2_agent.roles.episode_loop import EpisodeResult, LoopTotals, Transition
+
+__all__ = [
+    "EnvBatch",
+    "EnvList",
+    "GymVectorEnvBatch",
+    "StepBatch",
+    "VectorEpisodeLoop",
+    "VectorLoopActor",
+    "VectorObserver",
+    "as_env_batch",
+    "is_vector_env",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """What one step of N envs returned, per env (observations already copied).
+
+    Attributes:
+        observations: The N observations after the step (for an env whose episode ended,
+            its last observation, not the next episode's first).
+        rewards: `(N,)` rewards.
+        terminated: `(N,)` absorbing ends.
+        truncated: `(N,)` cuts (time limits); never True together with `terminated`.
+        infos: The N info dicts.
+    """
+
+    observations: list[np.ndarray]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    infos: list[dict[str, Any]]
+
+
+class EnvBatch(Protocol):
+    """N envs stepped together (what `VectorEpisodeLoop` needs)."""
+
+    num_envs: int
+
+    def reset(self, envs: Sequence[int], seeds: Sequence[int | None]) -> list[np.ndarray]:
+        """Resets the envs `envs` (all N at the start, ended ones later) and returns their
+        first observations (copies); `seeds[k]` seeds env `envs[k]` (None: continue its
+        randomness)."""
+        ...
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        """Steps all N envs with `actions` `(N,)`."""
+        ...
+
+    def close(self) -> None:
+        """Closes the envs."""
+        ...
+
+
+class EnvList:
+    """N Gymnasium envs in this process, stepped one after the other.
+
+    Args:
+        envs: The envs (at least one), owned by this batch (`close` closes them).
+    """
+
+    def __init__(self, envs: Sequence[Any]) -> None:
+        if not envs:
+            raise ValueError("EnvList needs at least one env")
+        self.envs = list(envs)
+        self.num_envs = len(self.envs)
+
+    def reset(self, envs: Sequence[int], seeds: Sequence[int | None]) -> list[np.ndarray]:
+        """See `EnvBatch.reset`."""
+        return [
+            np.array(self.envs[j].reset(seed=seed)[0]) for j, seed in zip(envs, seeds, strict=True)
+        ]
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        """See `EnvBatch.step`."""
+        n = self.num_envs
+        observations, infos = [], []
+        rewards = np.zeros(n, np.float64)
+        terminated = np.zeros(n, bool)
+        truncated = np.zeros(n, bool)
+        for j, env in enumerate(self.envs):
+            obs, rewards[j], term, trunc, info = env.step(int(actions[j]))
+            terminated[j] = bool(term)
+            truncated[j] = bool(trunc) and not terminated[j]
+            observations.append(np.array(obs))
+            infos.append(info)
+        return StepBatch(observations, rewards, terminated, truncated, infos)
+
+    def close(self) -> None:
+        """See `EnvBatch.close`."""
+        for env in self.envs:
+            env.close()
+
+
+def is_vector_env(env: Any) -> bool:
+    """Whether `env` is a Gymnasium `VectorEnv` (as `gymnasium.make_vec` returns)."""
+    import gymnasium
+
+    return isinstance(env, gymnasium.vector.VectorEnv)
+
+
+class GymVectorEnvBatch:
+    """A Gymnasium `VectorEnv` as an `EnvBatch`, in any of its autoreset modes.
+
+    With `SAME_STEP` the env's own reset observation is taken (the step's last observation
+    comes from `info["final_obs"]`); with `NEXT_STEP` and `DISABLED` the ended envs are
+    reset at once through `reset(options={"reset_mask": ...})`, so no step is lost to an
+    autoreset.
+
+    Args:
+        env: The vector env, owned by this batch (`close` closes it).
+    """
+
+    def __init__(self, env: Any) -> None:
+        from gymnasium.vector import AutoresetMode
+
+        self.env = env
+        self.num_envs = int(env.num_envs)
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self._same_step = AutoresetMode(mode) is AutoresetMode.SAME_STEP
+        self._next_first: dict[int, np.ndarray] = {}  # SAME_STEP: reset observations
+
+    def reset(self, envs: Sequence[int], seeds: Sequence[int | None]) -> list[np.ndarray]:
+        """See `EnvBatch.reset`; a later reset of some envs takes no seed."""
+        envs = list(envs)
+        if sorted(envs) == list(range(self.num_envs)) and not self._next_first:
+            order = np.argsort(envs)
+            ordered = [seeds[k] for k in order]
+            obs, _ = self.env.reset(seed=None if all(s is None for s in ordered) else ordered)
+            return [np.array(obs[j]) for j in envs]
+        if self._same_step:
+            return [self._next_first.pop(j) for j in envs]
+        mask = np.zeros(self.num_envs, bool)
+        mask[envs] = True
+        obs, _ = self.env.reset(options={"reset_mask": mask})
+        return [np.array(obs[j]) for j in envs]
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        """See `EnvBatch.step`."""
+        obs, rewards, term, trunc, info = self.env.step(np.asarray(actions))
+        terminated = np.asarray(term, bool).copy()
+        truncated = np.asarray(trunc, bool) & ~terminated
+        observations = [np.array(o) for o in obs]
+        if self._same_step:
+            for j in np.flatnonzero(terminated | truncated):
+                self._next_first[int(j)] = observations[j]
+                observations[j] = np.array(info["final_obs"][j])
+        infos = [_env_info(info, j) for j in range(self.num_envs)]
+        return StepBatch(
+            observations, np.asarray(rewards, np.float64), terminated, truncated, infos
+        )
+
+    def close(self) -> None:
+        """See `EnvBatch.close`."""
+        self.env.close()
+
+
+def _env_info(info: dict[str, Any], j: int) -> dict[str, Any]:
+    """Env `j`'s entries of a vector env's info dict (Gymnasium's `"_key"` masks)."""
+    out = {}
+    for key, value in info.items():
+        if key.startswith("_") or key in ("final_obs", "final_info"):
+            continue
+        mask = info.get(f"_{key}")
+        if mask is not None and not mask[j]:
+            continue
+        out[key] = value[j] if isinstance(value, np.ndarray) else value
+    return out
+
+
+def as_env_batch(envs: Any) -> EnvBatch:
+    """`envs` as an `EnvBatch`: a batch as is, a `VectorEnv` wrapped, a sequence of envs
+    as an `EnvList`, one env as an `EnvList` of one."""
+    if hasattr(envs, "num_envs") and hasattr(envs, "reset") and not is_vector_env(envs):
+        return envs
+    if is_vector_env(envs):
+        return GymVectorEnvBatch(envs)
+    if isinstance(envs, (list, tuple)):
+        return EnvList(envs)
+    return EnvList([envs])
+
+
+class VectorLoopActor(Protocol):
+    """What the loop needs of an actor of N envs (`R2D2VectorActor`)."""
+
+    def observe_first(self, env: int, observation: Any) -> None:
+        """Starts an episode of env `env`."""
+        ...
+
+    def select_actions(self) -> np.ndarray:
+        """All N actions, from one batched forward pass."""
+        ...
+
+    def observe(
+        self,
+        env: int,
+        action: int,
+        reward: float,
+        next_observation: Any,
+        terminated: bool,
+        truncated: bool,
+    ) -> None:
+        """Records env `env`'s transition."""
+        ...
+
+
+class VectorObserver:
+    """Hooks `VectorEpisodeLoop` calls; override the ones you need."""
+
+    def on_step_begin(self) -> None:
+        """Before the actor chooses the N actions of a step."""
+
+    def on_env_step_end(self, env: int, episode_step: int, transition: Transition) -> None:
+        """After the actor observed env `env`'s transition."""
+
+    def on_env_episode_end(self, env: int, result: EpisodeResult) -> None:
+        """After the last step of one of env `env`'s episodes (before it is reset)."""
+
+    def on_step_end(self) -> None:
+        """After all N transitions of a step were observed and ended envs reset."""
+
+    def should_stop(self) -> bool:
+        """True ends the run before the next step."""
+        return False
+
+
+class VectorEpisodeLoop:
+    """Runs an actor in N envs, each env episode after episode, until told to stop.
+
+    Args:
+        envs: The envs (`EnvBatch`, or anything `as_env_batch` takes).
+        actor: Chooses the N actions and records transitions (`VectorLoopActor`).
+        observers: Hooks called in order (`VectorObserver`).
+        seeds: Seed of each env's first reset of a `run` (None: unseeded); later resets
+            continue each env's randomness, as `EpisodeLoop` does.
+    """
+
+    def __init__(
+        self,
+        envs: Any,
+        actor: VectorLoopActor,
+        *,
+        observers: Sequence[VectorObserver] = (),
+        seeds: Sequence[int | None] | None = None,
+    ) -> None:
+        self.envs = as_env_batch(envs)
+        n = self.envs.num_envs
+        self.seeds = [None] * n if seeds is None else list(seeds)
+        if len(self.seeds) != n:
+            raise ValueError(f"one seed per env: {n} envs, got {len(self.seeds)} seeds")
+        self.actor = actor
+        self.observers = tuple(observers)
+
+    def run(
+        self, *, nb_steps: int | None = None, should_stop: Callable[[], bool] | None = None
+    ) -> LoopTotals:
+        """Steps all envs until `nb_steps` env steps (of all envs) or `should_stop()`.
+
+        The limits are checked before each step of the N envs, so a run ends up to N-1
+        env steps past `nb_steps`; an episode cut by the end of the run is not reported.
+
+        Returns:
+            The env steps taken (all envs) and the episodes finished.
+
+        Raises:
+            ValueError: If no limit is given or `nb_steps < 1`.
+        """
+        if nb_steps is None and should_stop is None:
+            raise ValueError("give at least one limit: nb_steps or should_stop")
+        if nb_steps is not None and nb_steps < 1:
+            raise ValueError(f"nb_steps must be >= 1, got {nb_steps}")
+        batch, actor = self.envs, self.actor
+        n = batch.num_envs
+        steps = episodes = 0
+
+        def stop() -> bool:
+            if nb_steps is not None and steps >= nb_steps:
+                return True
+            if should_stop is not None and should_stop():
+                return True
+            return any(observer.should_stop() for observer in self.observers)
+
+        if stop():
+            return LoopTotals(steps=0, episodes=0)
+        for j, observation in enumerate(batch.reset(range(n), self.seeds)):
+            actor.observe_first(j, observation)
+        returns = [0.0] * n
+        episode_steps = [0] * n
+        while not stop():
+            self._notify("on_step_begin")
+            actions = actor.select_actions()
+            out = batch.step(actions)
+            ended = []
+            for j in range(n):
+                transition = Transition(
+                    int(actions[j]),
+                    float(out.rewards[j]),
+                    out.observations[j],
+                    bool(out.terminated[j]),
+                    bool(out.truncated[j]),
+                    out.infos[j],
+                )
+                actor.observe(
+                    j,
+                    transition.action,
+                    transition.reward,
+                    transition.observation,
+                    transition.terminated,
+                    transition.truncated,
+                )
+                steps += 1
+                returns[j] += transition.reward
+                episode_steps[j] += 1
+                self._notify("on_env_step_end", j, episode_steps[j] - 1, transition)
+                if transition.done:
+                    result = EpisodeResult(
+                        episode=episodes,
+                        episode_return=returns[j],
+                        episode_steps=episode_steps[j],
+                        total_steps=steps,
+                        terminated=transition.terminated,
+                    )
+                    self._notify("on_env_episode_end", j, result)
+                    episodes += 1
+                    returns[j], episode_steps[j] = 0.0, 0
+                    ended.append(j)
+            if ended:
+                for j, observation in zip(
+                    ended, batch.reset(ended, [None] * len(ended)), strict=True
+                ):
+                    actor.observe_first(j, observation)
+            self._notify("on_step_end")
+        return LoopTotals(steps=steps, episodes=episodes)
+
+    def _notify(self, hook: str, *args: Any) -> None:
+        for observer in self.observers:
+            getattr(observer, hook)(*args)
