@@ -277,6 +277,7 @@ DOCTESTED = [
     "r2d2_agent.keras_rl.agent",
     "r2d2_agent.callbacks.base",
     "r2d2_agent.runlog.reader",
+    "r2d2_agent.envs.memory",
 ]
 """Modules of the public API whose docstrings hold examples (`>>>`)."""
 
