@@ -149,6 +149,16 @@ BLOCKS = [
         replace=(("nb_steps=25_000", "nb_steps=300"),),
     ),
     Declared(
+        'StateDiscrepancyCallback("runs/sd"',  # the diagnostic of a manager run
+        "manager",
+        replace=(
+            ("actor_num=2", "actor_num=1"),
+            ("nb_steps=50_000", "nb_steps=600"),
+            ("interval=2_000", "interval=20"),
+            ("every=3", "every=1"),
+        ),
+    ),
+    Declared(
         "r2d2-leftovers --remove runs/x/checkpoints",
         "leftovers",
         replace=(("r2d2-leftovers", "python -m r2d2_agent.leftovers"),),
