@@ -228,6 +228,8 @@ def test_the_number_of_envs_must_be_envs_per_actor(make_config):
         agent.fit([gym.make("CartPole-v1") for _ in range(2)], nb_steps=10)
     with pytest.raises(ValueError, match="does not take nb_max_episode_steps"):
         agent.fit([gym.make("CartPole-v1") for _ in range(3)], nb_steps=10, nb_max_episode_steps=5)
+    with pytest.raises(ValueError, match="test\\(\\) plays one env"):
+        agent.test([gym.make("CartPole-v1") for _ in range(3)], nb_episodes=1)
     assert agent.step == 0
 
 

@@ -731,7 +731,16 @@ class R2D2Agent(rl_core.Agent):
 
     def _checked_env(self, env: Any) -> GymnasiumEnv:
         """Wraps a Gymnasium env and checks its spaces against the config (unless a
-        processor, which may reshape observations, is set)."""
+        processor, which may reshape observations, is set).
+
+        Raises:
+            ValueError: If `env` is several envs (only `fit` takes N of them).
+        """
+        if isinstance(env, (list, tuple)) or is_vector_env(env):
+            raise ValueError(
+                f"test() plays one env, got {type(env).__name__} of several; only fit() takes "
+                "N envs (envs_per_actor > 1)"
+            )
         keras_env = as_keras_rl_env(env)
         if self.processor is None:
             check_env_matches_config(
