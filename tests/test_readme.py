@@ -85,6 +85,11 @@ BLOCKS = [
     Declared("ray start --head", skip="starts a Ray cluster on several machines"),
     Declared("class SmallConv(ImageModel)", "agent"),
     Declared(
+        "agent4.vector_epsilons",  # the single-process agent with N envs
+        "agent",
+        replace=(("nb_steps=30_000", "nb_steps=300"),),
+    ),
+    Declared(
         "r2d2-train CartPole-v1 --preset cartpole --actors 2",
         "cli",
         replace=(
