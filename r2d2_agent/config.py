@@ -158,7 +158,8 @@ class R2D2Config:
     target_update_interval: int = 2500
     """Learner updates between copies of the online weights into the target network."""
     train_interval: int = 4
-    """Single-process agent: env steps between learner updates."""
+    """Single-process agent: env steps between learner updates (with N envs, env steps
+    of all of them)."""
     actor_sync_interval: int = 400
     """Env steps between an actor's pulls of the learner's weights (with several envs per
     actor, its env steps of all of them)."""
@@ -166,7 +167,9 @@ class R2D2Config:
     """Envs one actor process steps side by side, in envs (N): it selects all N actions
     with one batched forward pass, each env keeping its own recurrent state, frame stack,
     episodes, sequences and Ape-X ε (spread over all actors' envs). An actor's env steps,
-    and so the learner's env-steps-per-update rate limit, count the steps of all N envs."""
+    and so the learner's env-steps-per-update rate limit, count the steps of all N envs.
+    `R2D2Agent.fit` then takes N envs (a list or a Gymnasium vector env) and acts as one
+    such actor."""
     epsilon: float = 0.4
     """Base ε of the Ape-X schedule ε_i = ε^(1 + α·i/(N-1)): a probability of a random
     action per env step, in [0, 1]."""

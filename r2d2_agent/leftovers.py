@@ -6,10 +6,11 @@ with it): its weights segment (a POSIX shared-memory object, `/dev/shm/<name>` o
 RAM, about 15 MB at Atari size) and any file being written (a temporary file beside it:
 a checkpoint's is as large as the replay with `save_replay=True`). Every file the library
 writes whole (checkpoints, `save_weights` files, the run directory's `run.json`, the
-learning-curve and state-discrepancy plots, `r2d2-train`'s `result.json`) is written
-through `atomic_write`: to a temp file in the same directory, renamed over the target
-once complete, so the target is never partial. The segment's and the temp file's names
-carry their creator's *owner tag*, so that a later run can tell whether it still lives:
+learning-curve and state-discrepancy plots, the state-discrepancy episodes and results,
+`r2d2-train`'s `result.json`) is written through `atomic_write`: to a temp file in the
+same directory, renamed over the target once complete, so the target is never partial.
+The segment's and the temp file's names carry their creator's *owner tag*, so that a
+later run can tell whether it still lives:
 
     segment            /dev/shm/<prefix>_<tag>_<8 random hex>     e.g. r2d2_4242_81234567_…
     temp file          <dir>/.<target name>.<tag>.tmp           e.g. .ckpt-0000000100.h5.4242_…
@@ -32,7 +33,8 @@ the kernel's boot id and the PID namespace. The owner of a tag is
 Only a dead owner's leftovers are removed automatically: `R2D2Manager.train` removes dead
 runs' segments before it creates its own; `CheckpointCallback` removes dead writers'
 temp files from its directory when training begins and whenever it prunes,
-`RunLogCallback` from its run directory when training begins, and every `atomic_write`
+`RunLogCallback` and `StateDiscrepancyCallback` from theirs when training begins, and
+every `atomic_write`
 those of its own target before it writes (the next `save_weights("w.h5")` removes the
 `.w.h5.<tag>.tmp` of a killed earlier one). A live run's are never touched, however many
 runs share the machine. Unknown ones are listed and only removed by hand, on request:

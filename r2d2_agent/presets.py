@@ -121,10 +121,8 @@ def masked_cartpole_config(**overrides: Any) -> R2D2Config:
 
 # Memory tasks: the masked-CartPole settings with rewards in units of their root mean
 # square (`normalize_rewards`, so that no reward scale is too small for Adam's ε or too
-# large for the rescaled values) and one-step returns. On a recall task (the observation
-# seen k steps ago, reward ±1/T a step) n=1 with normalised rewards reached 0.95 / 0.71 best
-# greedy normalised return (seeds 0 / 1), against RecurrentPPO's 0.58 / 0.50 and 0.28 /
-# 0.19 with n=3; Adam ε 1e-7 hurt with normalised rewards, so the paper's 1e-3 stays.
+# large for the rescaled values) and one-step returns. Work in progress (issue 24): see
+# memory_config's docstring for what the measurements say so far.
 _MEMORY: dict[str, Any] = dict(normalize_rewards=True, multisteps=1)
 
 
@@ -133,12 +131,15 @@ def memory_config(input_shape: tuple[int, ...], nb_actions: int, **overrides: An
     masked control), with rewards of any scale: the masked-CartPole preset with
     `normalize_rewards=True` and one-step returns (`multisteps=1`).
 
-    Evidence-based on the memory suite (`benchmarks/`): on a recall task, one-step
-    returns with normalised rewards learned where the masked-CartPole preset (3-step
-    returns, raw rewards) stayed at chance, and beat sb3-contrib's RecurrentPPO
-    (best greedy normalised return 0.95 / 0.71 on seeds 0 / 1 against 0.58 / 0.50; with
-    n=3, 0.28 / 0.19). Adam's ε stays at the paper's 1e-3 (1e-7 hurt with normalised
-    rewards).
+    Learning does not depend on the reward's scale: on the memory suite's cue task the
+    greedy curve is the same at rewards x0.01, x1 and x100 (the masked-CartPole preset does
+    not learn it at x0.01). Its evidence on recall is mixed, so treat it as a starting
+    point: on "repeat the symbol 4 steps back" (length 32, 60k env steps) it reached a best
+    greedy normalised return of 0.95 / 0.71 (seeds 0 / 1) against RecurrentPPO's
+    0.58 / 0.50 and 0.28 / 0.19 with n=3; on the suite's length-50 variant at 30k env steps
+    it stayed near chance (-0.37 / -0.29) where the masked-CartPole preset reached
+    -0.06 / -0.08 and RecurrentPPO 0.16 / 0.17 (benchmarks/RESULTS.md, "Memory suite").
+    Adam's ε stays at the paper's 1e-3 (1e-7 hurt with normalised rewards).
 
     Values (every other field keeps `R2D2Config`'s default)::
 

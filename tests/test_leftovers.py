@@ -299,6 +299,7 @@ _WRITERS_SCRIPT = textwrap.dedent(
     from r2d2_agent.checkpoints import TrainingCounters, TrainingState, write_checkpoint
     from r2d2_agent.networks.weights_io import save_weights_atomic
     from r2d2_agent.plot import plot_run, plot_state_discrepancy
+    from r2d2_agent.roles.state_discrepancy import write_episodes
     from r2d2_agent.runlog import write_json_atomic
 
     folder = pathlib.Path(sys.argv[1])
@@ -323,6 +324,7 @@ _WRITERS_SCRIPT = textwrap.dedent(
         "result.json": lambda p: write_json_atomic(p, {"b": 2}),
         "learning_curve.png": lambda p: plot_run(folder, p),
         "discrepancy.png": lambda p: plot_state_discrepancy(discrepancy, p),
+        "actor-0.npz": lambda p: write_episodes(p, [], actor=0),
     }
     reached = threading.Semaphore(0)
 
@@ -356,6 +358,7 @@ _TARGETS = (
     "result.json",
     "learning_curve.png",
     "discrepancy.png",
+    "actor-0.npz",
 )
 _OLD = b'{"old": true}'  # what each target held before (JSON: plot_run reads run.json)
 
@@ -466,6 +469,7 @@ def _library_writers(tmp_path: pathlib.Path) -> dict[str, Callable[[pathlib.Path
     from r2d2_agent.compat import keras
     from r2d2_agent.networks.weights_io import save_weights_atomic
     from r2d2_agent.plot import plot_run, plot_state_discrepancy
+    from r2d2_agent.roles.state_discrepancy import write_episodes
     from r2d2_agent.runlog import write_json_atomic
 
     run_dir = tmp_path / "logged"
@@ -483,6 +487,7 @@ def _library_writers(tmp_path: pathlib.Path) -> dict[str, Callable[[pathlib.Path
         "json": lambda p: write_json_atomic(p, {"a": [1, 2]}),
         "learning curve": lambda p: plot_run(run_dir, p),
         "state discrepancy": lambda p: plot_state_discrepancy(discrepancy, p),
+        "recorded episodes": lambda p: write_episodes(p, [], actor=0),
     }
 
 
@@ -492,6 +497,7 @@ _SUFFIX = {
     "json": "json",
     "learning curve": "png",
     "state discrepancy": "png",
+    "recorded episodes": "npz",
 }
 
 

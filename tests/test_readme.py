@@ -85,6 +85,11 @@ BLOCKS = [
     Declared("ray start --head", skip="starts a Ray cluster on several machines"),
     Declared("class SmallConv(ImageModel)", "agent"),
     Declared(
+        "agent4.vector_epsilons",  # the single-process agent with N envs
+        "agent",
+        replace=(("nb_steps=30_000", "nb_steps=300"),),
+    ),
+    Declared(
         "r2d2-train CartPole-v1 --preset cartpole --actors 2",
         "cli",
         replace=(
@@ -147,6 +152,16 @@ BLOCKS = [
         "agent.record_episodes(keep=80",  # the recurrent-state diagnostic
         "agent",
         replace=(("nb_steps=25_000", "nb_steps=300"),),
+    ),
+    Declared(
+        'StateDiscrepancyCallback("runs/sd"',  # the diagnostic of a manager run
+        "manager",
+        replace=(
+            ("actor_num=2", "actor_num=1"),
+            ("nb_steps=50_000", "nb_steps=600"),
+            ("interval=2_000", "interval=20"),
+            ("every=3", "every=1"),
+        ),
     ),
     Declared(
         "r2d2-leftovers --remove runs/x",
@@ -277,6 +292,7 @@ DOCTESTED = [
     "r2d2_agent.keras_rl.agent",
     "r2d2_agent.callbacks.base",
     "r2d2_agent.runlog.reader",
+    "r2d2_agent.envs.memory",
 ]
 """Modules of the public API whose docstrings hold examples (`>>>`)."""
 

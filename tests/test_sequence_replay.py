@@ -280,11 +280,22 @@ def test_the_agent_refuses_a_replay_larger_than_the_machine_naming_memory_capaci
         R2D2Agent(TOO_BIG)
 
 
+class _AtariShapedEnv(gym.Env):
+    """Blank 84x84 uint8 frames and 18 actions: what the manager's pre-flight resets."""
+
+    observation_space = gym.spaces.Box(0, 255, (84, 84), np.uint8)
+    action_space = gym.spaces.Discrete(18)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros((84, 84), np.uint8), {}
+
+    def step(self, action):
+        return np.zeros((84, 84), np.uint8), 0.0, False, False, {}
+
+
 def _atari_shaped_env() -> gym.Env:
-    env = gym.make("CartPole-v1")
-    env.observation_space = gym.spaces.Box(0, 255, (84, 84), np.uint8)
-    env.action_space = gym.spaces.Discrete(18)
-    return env
+    return _AtariShapedEnv()
 
 
 def test_the_manager_refuses_a_replay_larger_than_the_machine_before_any_child():

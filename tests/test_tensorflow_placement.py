@@ -22,10 +22,11 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /
 
 SCRIPT = textwrap.dedent(
     """
-    import functools, json, multiprocessing, sys
+    import functools, json, multiprocessing, os, sys
     import gymnasium as gym
     from r2d2_agent import R2D2Config, R2D2Manager
-    from r2d2_agent.callbacks import CheckpointCallback, RunLogCallback, TensorBoardCallback
+    from r2d2_agent.callbacks import (CheckpointCallback, RunLogCallback,
+                                      StateDiscrepancyCallback, TensorBoardCallback)
 
     def maps_tensorflow(pid):
         try:
@@ -46,12 +47,15 @@ SCRIPT = textwrap.dedent(
                             memory_capacity=64, memory_warmup=4, train_interval=2, seed=0)
         callbacks = [CheckpointCallback(sys.argv[1] + "/checkpoints", interval=5),
                      RunLogCallback(sys.argv[1] + "/run", interval=5),
-                     TensorBoardCallback(sys.argv[1] + "/tensorboard", interval=5)]
+                     TensorBoardCallback(sys.argv[1] + "/tensorboard", interval=5),
+                     StateDiscrepancyCallback(sys.argv[1] + "/run", interval=5, write_seconds=0)]
         with R2D2Manager(functools.partial(gym.make, "CartPole-v1"), config, actor_num=2,
                          callbacks=callbacks, progress=False) as manager:
             result = manager.train(nb_steps=600, max_seconds=120, on_progress=watch)
         print(json.dumps({"parent": "tensorflow" in sys.modules, "children": seen,
-                          "updates": result.learner_updates}))
+                          "updates": result.learner_updates,
+                          "discrepancy": os.path.exists(
+                              os.path.join(sys.argv[1], "run", "state_discrepancy.json"))}))
     """
 )
 
@@ -73,6 +77,7 @@ def placement(tmp_path_factory):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["updates"] > 0, "the run did not train: the learner hooks never ran"
+    assert result["discrepancy"], "StateDiscrepancyCallback measured nothing"
     return result
 
 

@@ -9,10 +9,12 @@ no child process behind (`no_leftovers`).
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import os
 import pickle
 import struct
+import termios
 import threading
 import time
 
@@ -206,6 +208,21 @@ def test_pipe_back_pressure_cuts_or_loses_no_message(pipe):
     receiver = PipeExperienceReceiver(connections=[r])
     assert len(receiver.receive(10_000, timeout=1.0)) == sent
     sender.close()
+    receiver.close()
+
+
+def test_pipe_receiver_leaves_what_it_does_not_return_in_the_pipe(pipe):
+    """The pipe's kernel buffer is the back-pressure that holds actors to the learner's
+    rate limit: a receive of one batch reads that batch's message and not a byte more."""
+    r, w = pipe
+    for i in range(3):
+        w.send_bytes(pickle.dumps([i]))
+    one_message = len(pickle.dumps([0])) + 4
+    receiver = PipeExperienceReceiver(connections=[r])
+    assert receiver.receive(1, timeout=1.0) == [0]
+    unread = struct.unpack("i", fcntl.ioctl(r.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+    assert unread == 2 * one_message
+    assert receiver.receive(10, timeout=1.0) == [1, 2]
     receiver.close()
 
 

@@ -6,6 +6,8 @@
 * `RunLogCallback`: a run directory of JSON lines from every process, TensorBoard
   summaries and, optionally, the learning-curve picture.
 * `TensorBoardCallback`: namespaced TensorBoard scalars alone.
+* `StateDiscrepancyCallback`: the recurrent-state diagnostic (is burn-in long enough?)
+  of a manager run: episodes recorded in the actors, measured in the learner.
 
 None of them imports TensorFlow, so they keep the manager's parent and numpy actors free
 of it.
@@ -14,6 +16,13 @@ of it.
 from r2d2_agent.callbacks.base import R2D2Callback
 from r2d2_agent.callbacks.checkpoint import CheckpointCallback
 from r2d2_agent.callbacks.run_log import RunLogCallback
+from r2d2_agent.callbacks.state_discrepancy import StateDiscrepancyCallback
 from r2d2_agent.callbacks.tensorboard import TensorBoardCallback
 
-__all__ = ["CheckpointCallback", "R2D2Callback", "RunLogCallback", "TensorBoardCallback"]
+__all__ = [
+    "CheckpointCallback",
+    "R2D2Callback",
+    "RunLogCallback",
+    "StateDiscrepancyCallback",
+    "TensorBoardCallback",
+]

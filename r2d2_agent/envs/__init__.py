@@ -6,6 +6,9 @@
   API (imports TensorFlow through keras-rl, so they load on first use).
 * `MaskedCartPole`, registered as `"r2d2_agent/MaskedCartPole-v1"`: CartPole with the
   velocities hidden, a task that needs memory.
+* `TMaze`, `CueRecall`, `RepeatPrevious`, `NoisyMaskedCartPole`, registered as
+  `"r2d2_agent/<Name>-v0"`: memory tasks with a `score_range` for normalised returns
+  (`r2d2_agent.envs.memory`; numpy and Gymnasium only).
 * `make_atari`: an ALE game with the standard preprocessing (needs the `atari` extra).
 * `make_env`: any registered id (`make_atari` for ALE games): the env factory of
   `r2d2-train`.
@@ -24,13 +27,29 @@ from r2d2_agent.envs.masked_cartpole import (
     MaskedCartPole,
     make_masked_cartpole,
 )
+from r2d2_agent.envs.memory import (
+    MEMORY_ENV_IDS,
+    CueRecall,
+    NoisyMaskedCartPole,
+    RepeatPrevious,
+    TMaze,
+    normalise_score,
+    register_memory_envs,
+)
+
+register_memory_envs()
 
 _LAZY = {"GymnasiumEnv", "as_keras_rl_env"}
 
 __all__ = [
     "MASKED_CARTPOLE_ID",
+    "MEMORY_ENV_IDS",
+    "CueRecall",
     "GymnasiumEnv",
     "MaskedCartPole",
+    "NoisyMaskedCartPole",
+    "RepeatPrevious",
+    "TMaze",
     "as_keras_rl_env",
     "check_env_matches_config",
     "check_env_spaces",
@@ -38,6 +57,8 @@ __all__ = [
     "make_atari",
     "make_env",
     "make_masked_cartpole",
+    "normalise_score",
+    "register_memory_envs",
 ]
 
 

@@ -5,7 +5,9 @@ The agent wires one `R2D2Actor` to one `R2D2Learner` in the same process, both m
 actors use too) under keras-rl's callback protocol (`on_train_begin`, `on_episode_*`,
 `on_step_*`, `on_action_*` with the same log keys), count steps with Python ints
 (keras-rl's own `fit` keeps an int16 counter that wraps after 32,767 steps) and keep
-Gymnasium's `terminated` and `truncated` apart.
+Gymnasium's `terminated` and `truncated` apart. With `config.envs_per_actor = N > 1`,
+`fit` steps N envs with one batched forward pass per step (`R2D2VectorActor` in
+`VectorEpisodeLoop`, as a distributed actor does).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from r2d2_agent.config import R2D2Config
 from r2d2_agent.envs.checks import check_env_matches_config
 from r2d2_agent.envs.gymnasium_env import GymnasiumEnv, as_keras_rl_env
 from r2d2_agent.image_models import ImageModel
-from r2d2_agent.math import annealed_epsilon
+from r2d2_agent.math import annealed_epsilon, apex_epsilon
 from r2d2_agent.replay.sizing import check_replay_fits
+from r2d2_agent.roles.actor import R2D2VectorActor
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeObserver, EpisodeResult, Transition
 from r2d2_agent.roles.learner import METRIC_NAMES
@@ -39,6 +42,13 @@ from r2d2_agent.roles.prediction import (
     recurrent_step,
 )
 from r2d2_agent.roles.state_discrepancy import EpisodeRecorder, StateDiscrepancy
+from r2d2_agent.roles.vector_loop import (
+    EnvBatch,
+    EnvList,
+    GymVectorEnvBatch,
+    VectorObserver,
+    is_vector_env,
+)
 
 __all__ = ["R2D2Agent"]
 
@@ -89,6 +99,7 @@ class R2D2Agent(rl_core.Agent):
         self.actor = self.builder.make_actor(policy, self.adder, self.train_epsilon, config.seed)
         self._eval_actor = self.builder.make_actor(policy, None, config.test_epsilon, config.seed)
         self.actor.set_weights(self.learner.get_weights())
+        self._vector_actor: R2D2VectorActor | None = None  # made by the first fit of N envs
         self.step = 0
         """Training env steps over all `fit` calls (continues from a resumed checkpoint)."""
         self.episodes = 0
@@ -142,6 +153,8 @@ class R2D2Agent(rl_core.Agent):
         """Forgets the current episode: recurrent state, frame stack, partial sequence."""
         self.actor.reset_state()
         self._eval_actor.reset_state()
+        if self._vector_actor is not None:
+            self._vector_actor.reset_state()
         self._pending = None
         self._last_action = None
 
@@ -212,15 +225,19 @@ class R2D2Agent(rl_core.Agent):
         Returns:
             The metrics of the latest update (NaN before the first).
         """
-        self.step += 1  # training env steps over all fit() calls (a plain int)
-        self._steps_since_sync += 1
+        self._count_env_step()
         self.actor.epsilon = self.training_epsilon()
-        if self.step % self.config.train_interval == 0 and self.learner.ready:
-            metrics = self.learner.step()
-            self._metrics = [metrics[name] for name in METRIC_NAMES]
         if self._steps_since_sync >= self.config.actor_sync_interval:
             self.sync_actor()
         return self.last_metrics
+
+    def _count_env_step(self) -> None:
+        """Counts one training env step and trains every `train_interval` of them."""
+        self.step += 1  # training env steps over all fit() calls (a plain int)
+        self._steps_since_sync += 1
+        if self.step % self.config.train_interval == 0 and self.learner.ready:
+            metrics = self.learner.step()
+            self._metrics = [metrics[name] for name in METRIC_NAMES]
 
     def training_epsilon(self) -> float:
         """The exploration rate at the current training step: `train_epsilon`, or with
@@ -229,6 +246,42 @@ class R2D2Agent(rl_core.Agent):
         return annealed_epsilon(
             config.epsilon_start, self.train_epsilon, config.epsilon_anneal_steps, self.step
         )
+
+    @property
+    def vector_epsilons(self) -> tuple[float, ...]:
+        """The final exploration rate of each of `fit`'s N envs (`envs_per_actor`): the
+        Ape-X schedule over the N envs from `train_epsilon`, env `j` at index `j` (as one
+        distributed actor of N envs in a run of one actor; N = 1: `train_epsilon`)."""
+        n = self.config.envs_per_actor
+        return tuple(
+            apex_epsilon(j, n, self.train_epsilon, self.config.epsilon_alpha) for j in range(n)
+        )
+
+    def _anneal_vector_epsilons(self) -> None:
+        """Each env's rate at its env step (the agent's steps over N), with
+        `config.epsilon_start` on the ramp to its final rate."""
+        config = self.config
+        env_steps = self.step // config.envs_per_actor
+        for actor, final in zip(self._vector_actor.actors, self.vector_epsilons, strict=True):
+            actor.epsilon = annealed_epsilon(
+                config.epsilon_start, final, config.epsilon_anneal_steps, env_steps
+            )
+
+    def _make_vector_actor(self) -> R2D2VectorActor:
+        """The actor of `fit`'s N envs, made once: it shares the acting policy (so
+        `sync_actor` reaches it) and sends env `j`'s sequences on replay stream `j + 1`
+        (stream 0 is the single-env actor's), seeded with `config.seed + j`."""
+        if self._vector_actor is None:
+            n = self.config.envs_per_actor
+            seed = self.config.seed
+            adders = [self.builder.make_adder(_StreamSink(self, j + 1)) for j in range(n)]
+            self._vector_actor = self.builder.make_vector_actor(
+                self.actor.policy,
+                adders,
+                self.vector_epsilons,
+                [None if seed is None else seed + j for j in range(n)],
+            )
+        return self._vector_actor
 
     def sync_actor(self) -> None:
         """Copies the learner's weights into the acting policy."""
@@ -477,9 +530,30 @@ class R2D2Agent(rl_core.Agent):
         optimizer state, env steps, updates, episodes) and `nb_steps` is the total: a
         checkpoint taken at 30,000 env steps and `nb_steps=50_000` train 20,000 more.
 
+        **N envs** (`config.envs_per_actor = N > 1`): pass `env` as a list of N envs (or
+        `GymnasiumEnv`s) or as a Gymnasium `VectorEnv` of N envs (`gymnasium.make_vec`,
+        `SyncVectorEnv`, `AsyncVectorEnv`; left open, as a single env is). The agent
+        then selects all N actions with one batched forward pass per step; each env keeps
+        its own recurrent state, frame stack, episodes (one that ends resets alone),
+        sequences (env `j` on replay stream `j + 1`), seed (`config.seed + j`) and
+        exploration rate (`vector_epsilons`: the Ape-X schedule over the N envs, each
+        annealed over its own env steps with `config.epsilon_start`), exactly as one
+        distributed actor of N envs. `nb_steps`, `train_interval`, `actor_sync_interval`
+        and `self.step` count env steps of all N envs; the limit is checked before each
+        step of the N envs, so up to N-1 more env steps may be taken. Weights are synced
+        between batched steps. keras-rl callbacks see every env's episode as an episode
+        (numbered as they begin, `env` in the logs of `on_episode_end`) and the step and
+        action hooks once per env step, in env order after each batched step (`env` and
+        `episode` in the logs of `on_step_end`). N envs take no `action_repetition`,
+        `nb_max_start_steps`, `nb_max_episode_steps` (use the env's own time limit,
+        `gymnasium.make(id, max_episode_steps=...)`), `visualize`, agent `processor`
+        (use Gymnasium wrappers) or `record_episodes`.
+
         Args:
-            env: A Gymnasium env or a `GymnasiumEnv`.
-            nb_steps: Training env steps (agent steps, action repeats counted once).
+            env: A Gymnasium env or a `GymnasiumEnv`; with `envs_per_actor = N > 1`, a
+                list of N of them or a Gymnasium `VectorEnv` of N envs.
+            nb_steps: Training env steps (agent steps, action repeats counted once; with
+                N envs, the steps of all N).
             action_repetition: Env steps per agent step.
             callbacks: Keras-rl callbacks.
             verbose: 0 silent, 1 interval logs, 2 episode logs.
@@ -496,7 +570,9 @@ class R2D2Agent(rl_core.Agent):
 
         Raises:
             RuntimeError: Before `compile()`.
-            ValueError: If the env's spaces do not fit the config.
+            ValueError: If the env's spaces do not fit the config, the number of envs is
+                not `config.envs_per_actor`, or N > 1 envs come with an argument they
+                do not take.
             CheckpointError: If `resume_from` is missing, truncated, corrupted or written
                 for another network (see `restore_checkpoint`).
         """
@@ -504,11 +580,16 @@ class R2D2Agent(rl_core.Agent):
 
         if not self.compiled:
             raise RuntimeError("call compile() before fit()")
-        keras_env = self._checked_env(env)
-        if self.config.envs_per_actor > 1:
-            logger.warning(
-                "envs_per_actor=%d applies to R2D2Manager's actors; fit steps the one env given",
-                self.config.envs_per_actor,
+        keras_env = self._checked_training_envs(env)
+        if not isinstance(keras_env, GymnasiumEnv):
+            _check_vector_fit_arguments(
+                action_repetition=(action_repetition, 1),
+                nb_max_start_steps=(nb_max_start_steps, 0),
+                start_step_policy=(start_step_policy, None),
+                nb_max_episode_steps=(nb_max_episode_steps, None),
+                visualize=(visualize, False),
+                processor=(self.processor, None),
+                record_episodes=(self.recorder, None),
             )
         if resume_from is not None:
             self.restore_checkpoint(resume_from)
@@ -521,8 +602,10 @@ class R2D2Agent(rl_core.Agent):
                 history = keras.callbacks.History()
                 history.history = {}
                 return history
-        seed = self.config.seed if self.config.seed is not None else keras_env.take_seed()
         self.training = True
+        if not isinstance(keras_env, GymnasiumEnv):
+            return self._fit_vector(keras_env, int(nb_steps), callbacks, verbose, log_interval)
+        seed = self.config.seed if self.config.seed is not None else keras_env.take_seed()
         self.actor.epsilon = self.training_epsilon()
         return run_keras_rl_loop(
             self,
@@ -586,9 +669,78 @@ class R2D2Agent(rl_core.Agent):
         finally:
             self.reset_states()
 
+    def _fit_vector(
+        self,
+        envs: tuple[EnvBatch, list[int | None]],
+        nb_steps: int,
+        callbacks: list[Any] | None,
+        verbose: int,
+        log_interval: int,
+    ) -> keras.callbacks.History:
+        """`fit` in N envs (see there): one `R2D2VectorActor` in `VectorEpisodeLoop`."""
+        from r2d2_agent.keras_rl.fit_loop import run_keras_rl_vector_loop
+
+        batch, seeds = envs
+        actor = self._make_vector_actor()
+        self._anneal_vector_epsilons()
+        return run_keras_rl_vector_loop(
+            self,
+            batch,
+            actor,
+            observers=[_VectorTrainingSteps(self)],
+            seeds=seeds,
+            nb_steps=nb_steps,
+            callbacks=callbacks,
+            verbose=verbose,
+            log_interval=log_interval,
+        )
+
+    def _checked_training_envs(self, env: Any) -> GymnasiumEnv | tuple[EnvBatch, list]:
+        """`fit`'s env: one env as a checked `GymnasiumEnv`; N envs (a list or a
+        `VectorEnv`, N = `config.envs_per_actor`) as an `EnvBatch` with each env's seed
+        of its first reset (`config.seed + j`, else a `GymnasiumEnv`'s own seed)."""
+        n = self.config.envs_per_actor
+        several = isinstance(env, (list, tuple)) or is_vector_env(env)
+        if not several:
+            if n > 1:
+                raise ValueError(
+                    f"fit() got one env, but envs_per_actor={n}: pass a list of {n} envs or a "
+                    f"Gymnasium vector env of {n} (gymnasium.make_vec(id, num_envs={n}))"
+                )
+            return self._checked_env(env)
+        count = int(env.num_envs) if is_vector_env(env) else len(env)
+        if count != n:
+            raise ValueError(f"fit() got {count} envs, but envs_per_actor={n}")
+        seed = self.config.seed
+        if is_vector_env(env):
+            if self.processor is None:
+                check_env_matches_config(
+                    env.single_observation_space,
+                    env.single_action_space,
+                    self.config,
+                    self.builder.observation_dtype,
+                )
+            seeds = [None if seed is None else seed + j for j in range(n)]
+            return GymVectorEnvBatch(env), seeds
+        if n == 1:
+            return self._checked_env(env[0])
+        wrapped = [self._checked_env(e) for e in env]
+        taken = [w.take_seed() for w in wrapped]
+        seeds = taken if seed is None else [seed + j for j in range(n)]
+        return EnvList([w.env for w in wrapped]), seeds
+
     def _checked_env(self, env: Any) -> GymnasiumEnv:
         """Wraps a Gymnasium env and checks its spaces against the config (unless a
-        processor, which may reshape observations, is set)."""
+        processor, which may reshape observations, is set).
+
+        Raises:
+            ValueError: If `env` is several envs (only `fit` takes N of them).
+        """
+        if isinstance(env, (list, tuple)) or is_vector_env(env):
+            raise ValueError(
+                f"test() plays one env, got {type(env).__name__} of several; only fit() takes "
+                "N envs (envs_per_actor > 1)"
+            )
         keras_env = as_keras_rl_env(env)
         if self.processor is None:
             check_env_matches_config(
@@ -598,6 +750,54 @@ class R2D2Agent(rl_core.Agent):
                 self.builder.observation_dtype,
             )
         return keras_env
+
+
+class _StreamSink:
+    """An adder's sink that hands sequences to the agent's learner on one replay stream
+    (looked up at each call, so a test can watch `learner.add`)."""
+
+    def __init__(self, agent: R2D2Agent, stream: int) -> None:
+        self._agent = agent
+        self._stream = stream
+
+    def __call__(self, record: Any) -> None:
+        self._agent.learner.add(record, self._stream)
+
+
+def _check_vector_fit_arguments(**arguments: tuple[Any, Any]) -> None:
+    """Refuses `fit` arguments that N envs do not take (each given as (value, default)).
+
+    Raises:
+        ValueError: Naming the first argument that is not at its default.
+    """
+    for name, (value, default) in arguments.items():
+        if value is not default and value != default:
+            raise ValueError(
+                f"fit() with envs_per_actor > 1 does not take {name} (got {value!r}); see "
+                "R2D2Agent.fit for what to use instead"
+            )
+
+
+class _VectorTrainingSteps(VectorObserver):
+    """Counts `fit`'s env steps of N envs on the agent: trains every `train_interval`
+    of them, syncs the acting weights between batched steps, anneals each env's ε."""
+
+    def __init__(self, agent: R2D2Agent) -> None:
+        self._agent = agent
+
+    def on_step_begin(self) -> None:
+        agent = self._agent
+        if agent._steps_since_sync >= agent.config.actor_sync_interval:
+            agent.sync_actor()
+
+    def on_env_step_end(self, env: int, episode_step: int, transition: Transition) -> None:
+        self._agent._count_env_step()
+
+    def on_env_episode_end(self, env: int, result: EpisodeResult) -> None:
+        self._agent.episodes += 1
+
+    def on_step_end(self) -> None:
+        self._agent._anneal_vector_epsilons()
 
 
 class _TrainingSteps(EpisodeObserver):

@@ -2,21 +2,30 @@
 
 keras-rl's loggers and callbacks (`FileLogger`, `TrainEpisodeLogger`, `TrainIntervalLogger`,
 `TestLogger`, `Visualizer`) see the hooks and log keys of keras-rl's own `fit`/`test`;
-the episodes themselves run in the one `EpisodeLoop` of `r2d2_agent.roles`.
+the episodes themselves run in the one `EpisodeLoop` of `r2d2_agent.roles` (or, with
+N envs, in its `VectorEpisodeLoop`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from r2d2_agent.compat import keras, rl_callbacks
 from r2d2_agent.envs.gymnasium_env import GymnasiumEnv
 from r2d2_agent.roles.episode_loop import EpisodeLoop, EpisodeObserver, EpisodeResult, Transition
 from r2d2_agent.roles.hooks import MetricLogger, bind_metric_logger, bind_stop_requester
+from r2d2_agent.roles.vector_loop import EnvBatch, VectorEpisodeLoop, VectorObserver
 
-__all__ = ["KerasRLAdapter", "KerasRLCallbacks", "as_keras_rl_callback", "run_keras_rl_loop"]
+__all__ = [
+    "KerasRLAdapter",
+    "KerasRLCallbacks",
+    "KerasRLVectorCallbacks",
+    "as_keras_rl_callback",
+    "run_keras_rl_loop",
+    "run_keras_rl_vector_loop",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +81,70 @@ class KerasRLCallbacks(EpisodeObserver):
             "nb_steps": nb_steps,
         }
         self._callbacks.on_episode_end(result.episode, logs)
+
+
+class KerasRLVectorCallbacks(VectorObserver):
+    """Forwards `VectorEpisodeLoop`'s hooks to a keras-rl `CallbackList`, per env.
+
+    Every env's episode is an episode of keras-rl's protocol, numbered in the order the
+    episodes begin (so episodes of several envs overlap): `on_episode_begin(episode)`
+    before its first step, `on_episode_end(episode, logs)` after its last, with `env`
+    (the env's index) in the logs beside keras-rl's keys. The step hooks run once per env
+    step, not once per batched step, so that keras-rl's loggers count env steps:
+    after a batched step of the N envs, for each env in order, `on_step_begin`,
+    `on_action_begin`, `on_action_end` and `on_step_end` (its logs hold `env` too, and
+    the training metrics as they are after that env step).
+
+    Args:
+        callbacks: The keras-rl callback list.
+        agent: The agent (for its latest metrics).
+        num_envs: N.
+    """
+
+    def __init__(self, callbacks: Any, agent: Any, num_envs: int) -> None:
+        self._callbacks = callbacks
+        self._agent = agent
+        self._episodes = 0  # episodes begun
+        self._episode_of: list[int | None] = [None] * num_envs  # each env's running one
+
+    def on_step_begin(self) -> None:
+        for j, episode in enumerate(self._episode_of):
+            if episode is None:
+                self._episode_of[j] = self._episodes
+                self._callbacks.on_episode_begin(self._episodes, logs={"env": j})
+                self._episodes += 1
+
+    def on_env_step_end(self, env: int, episode_step: int, transition: Transition) -> None:
+        callbacks = self._callbacks
+        callbacks.on_step_begin(episode_step, logs={"env": env})
+        callbacks.on_action_begin(transition.action, logs={"env": env})
+        callbacks.on_action_end(transition.action, logs={"env": env})
+        info = {
+            **transition.info,
+            "terminated": transition.terminated,
+            "truncated": transition.truncated,
+        }
+        logs = {
+            "action": transition.action,
+            "observation": transition.observation,
+            "reward": transition.reward,
+            "metrics": self._agent.last_metrics,
+            "episode": self._episode_of[env],
+            "env": env,
+            "info": info,
+        }
+        callbacks.on_step_end(episode_step, logs)
+
+    def on_env_episode_end(self, env: int, result: EpisodeResult) -> None:
+        logs = {
+            "episode_reward": result.episode_return,
+            "nb_episode_steps": result.episode_steps,
+            "nb_steps": result.total_steps,
+            "env": env,
+        }
+        episode = self._episode_of[env]
+        self._episode_of[env] = None
+        self._callbacks.on_episode_end(episode, logs)
 
 
 class KerasRLAdapter(rl_callbacks.Callback):
@@ -150,9 +223,19 @@ class _StopRequests(EpisodeObserver):
         return self._agent.stop_reason is not None
 
 
+class _VectorStopRequests(VectorObserver):
+    """`_StopRequests` for `VectorEpisodeLoop`."""
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+
+    def should_stop(self) -> bool:
+        return self._agent.stop_reason is not None
+
+
 def _callback_list(
     agent: Any,
-    env: GymnasiumEnv,
+    env: Any,
     callbacks: Sequence[Any] | None,
     verbose: int,
     visualize: bool,
@@ -226,6 +309,58 @@ def run_keras_rl_loop(
         agent, env, callbacks, verbose, visualize, log_interval, params
     )
     loop.observers = (*observers, KerasRLCallbacks(callback_list, agent), _StopRequests(agent))
+    _run_with_callbacks(
+        agent,
+        callbacks,
+        callback_list,
+        lambda: loop.run(nb_steps=nb_steps, nb_episodes=nb_episodes),
+    )
+    return history
+
+
+def run_keras_rl_vector_loop(
+    agent: Any,
+    envs: EnvBatch,
+    actor: Any,
+    *,
+    observers: Sequence[VectorObserver],
+    seeds: Sequence[int | None],
+    nb_steps: int,
+    callbacks: Sequence[Any] | None,
+    verbose: int,
+    log_interval: int,
+) -> keras.callbacks.History:
+    """Trains `actor` (an `R2D2VectorActor`) in N envs for `nb_steps` env steps of all N.
+
+    As `run_keras_rl_loop`, with `VectorEpisodeLoop` stepping the N envs (one batched
+    forward pass per step of all N) and `KerasRLVectorCallbacks` presenting each env's
+    steps and episodes to the keras-rl callbacks. The limit is checked before each step
+    of the N envs, so up to N-1 env steps more may be taken.
+
+    Returns:
+        A Keras `History` with `episode_reward`, `nb_episode_steps`, `nb_steps` and `env`
+        per episode, in the order the episodes ended.
+    """
+    if nb_steps < 1:
+        raise ValueError(f"nb_steps must be >= 1, got {nb_steps}")
+    loop = VectorEpisodeLoop(envs, actor, seeds=seeds)
+    callback_list, history = _callback_list(
+        agent, envs, callbacks, verbose, False, log_interval, {"nb_steps": nb_steps}
+    )
+    loop.observers = (
+        *observers,
+        KerasRLVectorCallbacks(callback_list, agent, envs.num_envs),
+        _VectorStopRequests(agent),
+    )
+    _run_with_callbacks(agent, callbacks, callback_list, lambda: loop.run(nb_steps=nb_steps))
+    return history
+
+
+def _run_with_callbacks(
+    agent: Any, callbacks: Sequence[Any] | None, callback_list: Any, run: Callable[[], Any]
+) -> None:
+    """Runs `run()` between the agent's and the callbacks' begin and end hooks, with the
+    user's callbacks bound to the agent's stop requests and metric logger."""
     agent.stop_reason = None
     user_callbacks = list(callbacks or [])
     bind_stop_requester(user_callbacks, agent.request_stop)
@@ -241,7 +376,7 @@ def run_keras_rl_loop(
         callback_list.on_train_begin()
         did_abort = False
         try:
-            loop.run(nb_steps=nb_steps, nb_episodes=nb_episodes)
+            run()
         except KeyboardInterrupt:
             did_abort = True
             logger.warning("interrupted; stopping cleanly")
@@ -253,4 +388,3 @@ def run_keras_rl_loop(
         agent._on_train_end()
     else:
         agent._on_test_end()
-    return history

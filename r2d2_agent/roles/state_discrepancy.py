@@ -28,6 +28,8 @@ Episodes come from an `EpisodeRecorder`, a tee on the actor's adder that keeps t
 frames, actions, rewards and recurrent states of some episodes (`RecordedEpisode`). They
 are cut into windows by a `SequenceAdder` of the config's layout (input length, period,
 stacking; the burn-in passed), exactly as the replay holds them, stored state included.
+`write_episodes` and `read_episodes` move recorded episodes between processes as `.npz`
+files (`r2d2_agent.callbacks.StateDiscrepancyCallback` does, for a manager run).
 This module imports neither TensorFlow nor matplotlib; `plot_state_discrepancy` of
 `r2d2_agent.plot` draws a result.
 """
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -44,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from r2d2_agent.config import R2D2Config
+from r2d2_agent.leftovers import atomic_write
 from r2d2_agent.replay.adder import SequenceAdder, SequenceRecord
 from r2d2_agent.replay.layout import SequenceLayout, stack_frames
 from r2d2_agent.replay.sizing import storage_dtype
@@ -54,7 +58,9 @@ __all__ = [
     "EpisodeRecorder",
     "RecordedEpisode",
     "StateDiscrepancy",
+    "read_episodes",
     "state_discrepancy",
+    "write_episodes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -233,6 +239,77 @@ class EpisodeRecorder:
                 )
             )
             self._current = None
+
+
+_EPISODE_FIELDS = ("observations", "actions", "rewards", "states")
+
+
+def write_episodes(
+    path: str | os.PathLike[str], episodes: Iterable[RecordedEpisode], **meta: Any
+) -> str:
+    """Writes recorded episodes to one numpy `.npz` file, atomically: to a temporary
+    file named after its owner, fsynced, then renamed (`r2d2_agent.leftovers.atomic_write`),
+    so a reader never sees half a file and a killed writer's temp file can be reclaimed.
+
+    Episode `k`'s arrays are `<field>_<k>` (`observations`, `actions`, `rewards`,
+    `states`) and `terminated` holds every episode's flag; `meta` values (numbers,
+    strings, arrays) are stored as `meta_<name>`.
+
+    Args:
+        path: The file to write (its directory is created if needed).
+        episodes: The `RecordedEpisode`s (may be none).
+        **meta: Extra values to store, e.g. `actor=0`.
+
+    Returns:
+        The file written.
+    """
+    path = os.fspath(path)
+    episodes = tuple(episodes)
+    arrays: dict[str, Any] = {"terminated": np.array([e.terminated for e in episodes], bool)}
+    for k, episode in enumerate(episodes):
+        for name in _EPISODE_FIELDS:
+            arrays[f"{name}_{k}"] = getattr(episode, name)
+    for name, value in meta.items():
+        arrays[f"meta_{name}"] = np.asarray(value)
+    with atomic_write(path, durable=True) as tmp, open(tmp, "wb") as file:
+        np.savez(file, **arrays)
+    return path
+
+
+def read_episodes(path: str | os.PathLike[str]) -> tuple[list[RecordedEpisode], dict[str, Any]]:
+    """Reads a file of `write_episodes`.
+
+    Args:
+        path: The `.npz` file.
+
+    Returns:
+        `(episodes, meta)`: the `RecordedEpisode`s in the order written, and the `meta`
+        values (0-d arrays as Python scalars).
+
+    Raises:
+        ValueError: If the file is not one `write_episodes` wrote (naming the file).
+    """
+    path = os.fspath(path)
+    with np.load(path, allow_pickle=False) as data:
+        if "terminated" not in data.files:
+            raise ValueError(f"{path} holds no recorded episodes (no 'terminated' array)")
+        terminated = data["terminated"]
+        try:
+            episodes = [
+                RecordedEpisode(
+                    **{name: data[f"{name}_{k}"] for name in _EPISODE_FIELDS},
+                    terminated=bool(flag),
+                )
+                for k, flag in enumerate(terminated)
+            ]
+        except KeyError as exc:
+            raise ValueError(f"{path} lacks an episode's array: {exc}") from exc
+        meta = {}
+        for name in data.files:
+            if name.startswith("meta_"):
+                value = data[name]
+                meta[name.removeprefix("meta_")] = value.item() if value.ndim == 0 else value
+    return episodes, meta
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ Layout of a run directory (written by `r2d2_agent.callbacks.RunLogCallback`)::
     metrics-<process>.jsonl  one line per custom metric value (`log_metric`) of a process
     tensorboard/        TensorBoard event files, one subfolder per process
     learning_curve.png  `python -m r2d2_agent.plot RUN_DIR`
+    state_discrepancy.json, .png, state_discrepancy_episodes/
+                        `StateDiscrepancyCallback(RUN_DIR)`: the burn-in diagnostic
 
 Nothing here imports TensorFlow or matplotlib.
 """

@@ -8,8 +8,9 @@ reaches end-of-file and is dropped. A restarted actor gets a new pipe whose read
 parent passes to the running learner over its control pipe (`ConnectActor`;
 multiprocessing transfers `Connection` objects between processes). A pipe's bounded
 kernel buffer is the back-pressure. The learner reads every actor pipe without blocking,
-a piece at a time, so an actor frozen (SIGSTOP) in the middle of a message never holds the
-learner: the stall watchdog restarts that actor, and the learner goes on with the others.
+a piece at a time and never past the message it reads, so an actor frozen (SIGSTOP) in
+the middle of a message never holds the learner (the stall watchdog restarts that actor,
+and the learner goes on with the others) and what it did not read stays in the pipe.
 Nothing here imports TensorFlow.
 """
 
@@ -114,12 +115,16 @@ class PipeExperienceSender(ExperienceSender):
 
 
 _READ_CHUNK = 1 << 20
-_READ_LIMIT = 16 << 20  # bytes read from one pipe per call, so one fast actor cannot hold it
 
 
 class _FrameReader:
     """Reads `Connection.send_bytes` frames (a `!i` length, or -1 and a `!Q` length, then
-    the payload) from a pipe set non-blocking, whatever part of a frame has arrived."""
+    the payload) from a pipe set non-blocking, whatever part of a frame has arrived.
+
+    It reads at most one frame per `read`, and never a byte past it: what an actor sent
+    beyond the frame stays in the pipe's kernel buffer, which is the back-pressure that
+    holds actors to the learner's rate limit.
+    """
 
     def __init__(self, conn: Connection) -> None:
         self._fd = conn.fileno()
@@ -131,40 +136,41 @@ class _FrameReader:
         """Whether part of a frame is buffered."""
         return bool(self._buffer)
 
-    def read(self) -> tuple[list[bytes], bool]:
-        """Reads what the pipe holds now.
+    def _missing(self) -> int:
+        """Bytes still missing to complete the buffered frame (0: it is complete)."""
+        buffer = self._buffer
+        if len(buffer) < 4:
+            return 4 - len(buffer)
+        (size,) = struct.unpack_from("!i", buffer, 0)
+        start = 4
+        if size == -1:
+            if len(buffer) < 12:
+                return 12 - len(buffer)
+            (size,) = struct.unpack_from("!Q", buffer, 4)
+            start = 12
+        return max(start + size - len(buffer), 0)
+
+    def read(self) -> tuple[bytes | None, bool]:
+        """Reads what the pipe holds now, up to the end of one frame.
 
         Returns:
-            The frames completed, and whether the pipe reached end of file.
+            The frame if it is now complete (else None), and whether the pipe reached end
+            of file.
         """
-        eof, total = False, 0
-        while total < _READ_LIMIT:
+        while True:
+            missing = self._missing()
+            if missing == 0:
+                start = 12 if struct.unpack_from("!i", self._buffer, 0)[0] == -1 else 4
+                frame = bytes(self._buffer[start:])
+                self._buffer.clear()
+                return frame, False
             try:
-                chunk = os.read(self._fd, _READ_CHUNK)
+                chunk = os.read(self._fd, min(missing, _READ_CHUNK))
             except BlockingIOError:
-                break
+                return None, False
             if not chunk:
-                eof = True
-                break
+                return None, True
             self._buffer += chunk
-            total += len(chunk)
-        return self._frames(), eof
-
-    def _frames(self) -> list[bytes]:
-        frames, buffer = [], self._buffer
-        while len(buffer) >= 4:
-            (size,) = struct.unpack_from("!i", buffer, 0)
-            start = 4
-            if size == -1:
-                if len(buffer) < 12:
-                    break
-                (size,) = struct.unpack_from("!Q", buffer, 4)
-                start = 12
-            if len(buffer) < start + size:
-                break
-            frames.append(bytes(buffer[start : start + size]))
-            del buffer[: start + size]
-        return frames
 
 
 class PipeExperienceReceiver(ExperienceReceiver):
@@ -211,11 +217,11 @@ class PipeExperienceReceiver(ExperienceReceiver):
             return
         reader = self._readers[conn]
         try:
-            frames, eof = reader.read()
+            frame, eof = reader.read()
         except OSError as exc:
-            frames, eof = [], True
+            frame, eof = None, True
             logger.info("experience pipe failed (%s)", exc)
-        for frame in frames:
+        if frame is not None:
             self._pending.extend(pickle.loads(frame))
         if eof:  # actor gone, maybe in the middle of a message
             cut = " in the middle of a message" if reader.partial else ""

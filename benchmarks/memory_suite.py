@@ -1,0 +1,540 @@
+"""The memory suite: our R2D2 and sb3-contrib's RecurrentPPO side by side on memory tasks.
+
+Tasks (`r2d2_agent.envs.memory`, plus CartPole): tmaze-5/20/50 (`TMaze(length)`), cue-10/30
+(`CueRecall(delay, 4 symbols)`), repeat-4/8 (`RepeatPrevious(k, 4 symbols, 50 steps)`),
+masked-cartpole, noisy-masked-cartpole (noise std 0.05), cartpole. Returns are normalised to
+[-1, 1] through each task's `score_range` (CartPole's: 0-500).
+
+Protocol, the same for both agents: 1 thread each (TensorFlow's intra/inter-op threads,
+`torch.set_num_threads(1)`); train to `--budget` env steps (every training env step
+counts); every `--eval-every` env steps a greedy evaluation of 20 episodes on a separate
+env (seeded 10,000 + seed) is recorded (the curve). Reported per run: `best` and `final`
+normalised greedy means, `solved_at` (env steps of the first evaluation at or above
+`--threshold`, normalised), `stays_solved` (every later evaluation at or above it too),
+`wall_s` (training and evaluations) and `train_wall_s` (training alone). `--reward-scale`
+multiplies the training env's rewards (evaluations are reported unscaled), for the
+scale-invariance check.
+
+Agents:
+
+* `ours`: the single-process `R2D2Agent` (one actor and the learner in one thread: the
+  CPU-fair counterpart of RecurrentPPO's single process), `--preset masked` (the
+  masked-CartPole preset, `presets.masked_cartpole_config`) or `--preset memory`
+  (`presets.memory_config`), with the task's input shape and action count and
+  `--set FIELD=VALUE` overrides (Python literals).
+* `rppo`: RecurrentPPO with the rl-zoo masked-CartPole settings of
+  `shared/peers/sb3_rppo.py`, applied untuned (8 envs, VecNormalize, n_steps 32, batch 256,
+  γ 0.98, λ 0.8, 20 epochs, lr and clip linear from 1e-3 and 0.2 over the budget, LSTM 64).
+  It runs in the peers' venv (`--peers-python`, default `$PEERS_PYTHON` or
+  `~/.peers-venv/bin/python`) as a subprocess that loads `r2d2_agent/envs/memory.py` by
+  file path and imports nothing else of this package.
+
+Usage::
+
+    # one run: prints one JSON line
+    python benchmarks/memory_suite.py one --agent ours --preset masked --task cue-10 --seed 0
+    python benchmarks/memory_suite.py one --agent rppo --task cue-10 --seed 0 --budget 40000
+
+    # many runs, 2 at a time, appended to a JSONL file (runs already there are skipped),
+    # then the table for benchmarks/RESULTS.md
+    python benchmarks/memory_suite.py suite --agents ours:masked rppo \\
+        --tasks repeat-4 cue-10 --seeds 0 1 --budget 50000 --jobs 2 \\
+        --out benchmarks/out/memory_suite.jsonl --markdown
+    python benchmarks/memory_suite.py table --out benchmarks/out/memory_suite.jsonl
+
+An agent spec of `suite` is `rppo`, `ours:PRESET` or `ours:PRESET:FIELD=VALUE,FIELD=VALUE`.
+This file imports only the standard library at the top, so the peers' venv runs it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import concurrent.futures
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+MEMORY_MODULE = HERE.parent / "r2d2_agent" / "envs" / "memory.py"
+EVAL_EPISODES = 20
+
+#: name -> (constructor in r2d2_agent.envs.memory or "cartpole"/"masked", kwargs,
+#: default evaluation interval in env steps)
+TASKS: dict[str, tuple[str, dict[str, Any], int]] = {
+    "tmaze-5": ("TMaze", {"length": 5}, 2_500),
+    "tmaze-20": ("TMaze", {"length": 20}, 2_500),
+    "tmaze-50": ("TMaze", {"length": 50}, 2_500),
+    "cue-10": ("CueRecall", {"delay": 10, "symbols": 4}, 2_500),
+    "cue-30": ("CueRecall", {"delay": 30, "symbols": 4}, 2_500),
+    "repeat-4": ("RepeatPrevious", {"k": 4, "symbols": 4, "length": 50}, 2_500),
+    "repeat-8": ("RepeatPrevious", {"k": 8, "symbols": 4, "length": 50}, 2_500),
+    "masked-cartpole": ("masked", {}, 5_000),
+    "noisy-masked-cartpole": ("NoisyMaskedCartPole", {"noise_std": 0.05}, 5_000),
+    "cartpole": ("cartpole", {}, 5_000),
+}
+CARTPOLE_RANGE = (0.0, 500.0)
+
+
+def load_memory_module() -> Any:
+    """`r2d2_agent.envs.memory`: imported from the package when it is importable with
+    TensorFlow's venv, else loaded by file path (the peers' venv)."""
+    try:
+        import r2d2_agent.envs.memory as memory  # noqa: PLC0415
+
+        return memory
+    except ImportError:
+        spec = importlib.util.spec_from_file_location("memory_tasks", MEMORY_MODULE)
+        assert spec is not None and spec.loader is not None
+        memory = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(memory)
+        return memory
+
+
+def make_task(task: str, reward_scale: float = 1.0) -> tuple[Any, tuple[float, float]]:
+    """A fresh env of the task (rewards multiplied by `reward_scale`) and its score range."""
+    import gymnasium as gym  # noqa: PLC0415
+
+    memory = load_memory_module()
+    kind, kwargs, _ = TASKS[task]
+    if kind == "cartpole":
+        env, score_range = gym.make("CartPole-v1"), CARTPOLE_RANGE
+    elif kind == "masked":
+        env, score_range = memory.MaskedCartPole(gym.make("CartPole-v1")), CARTPOLE_RANGE
+    else:
+        env = getattr(memory, kind)(**kwargs)
+        score_range = env.score_range
+    if reward_scale != 1.0:
+        env = gym.wrappers.TransformReward(env, lambda r: r * reward_scale)
+    return env, score_range
+
+
+def summarise_curve(
+    curve: list[tuple[int, float]], score_range: tuple[float, float], threshold: float
+) -> dict[str, Any]:
+    """Best/final normalised means, first step at the threshold, and whether it stays."""
+    low, high = score_range
+    norm = [(steps, 2.0 * (mean - low) / (high - low) - 1.0) for steps, mean in curve]
+    solved = [i for i, (_, n) in enumerate(norm) if n >= threshold - 1e-9]
+    first = solved[0] if solved else None
+    return {
+        "curve": [
+            [s, round(m, 4), round(n, 4)] for (s, m), (_, n) in zip(curve, norm, strict=True)
+        ],
+        "best": round(max(n for _, n in norm), 4) if norm else None,
+        "final": round(norm[-1][1], 4) if norm else None,
+        "solved_at": norm[first][0] if first is not None else None,
+        "stays_solved": first is not None and all(n >= threshold - 1e-9 for _, n in norm[first:]),
+    }
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`["gamma=0.9", "dueling=False"]` -> `{"gamma": 0.9, "dueling": False}`."""
+    overrides = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"--set expects FIELD=VALUE, got {pair!r}")
+        try:
+            overrides[name.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            raise SystemExit(f"--set {pair!r}: the value is not a Python literal") from None
+    return overrides
+
+
+# ---------------------------------------------------------------------------- ours
+
+
+def log_eval(point: tuple[int, float], start: float) -> None:
+    """One progress line on stderr per evaluation (the suite keeps it in a log file)."""
+    steps, mean = point
+    wall = time.perf_counter() - start
+    print(f"[eval] env_steps={steps} mean={mean:.3f} wall={wall:.0f}s", file=sys.stderr, flush=True)
+
+
+def run_ours(args: argparse.Namespace) -> dict[str, Any]:
+    """Our single-process R2D2Agent, trained in chunks with a greedy evaluation after each."""
+    from r2d2_agent.compat import tf  # noqa: PLC0415
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    import numpy as np  # noqa: PLC0415
+
+    from r2d2_agent import R2D2Agent, presets  # noqa: PLC0415
+
+    train_env, score_range = make_task(args.task, args.reward_scale)
+    eval_env, _ = make_task(args.task)
+    shape, actions = train_env.observation_space.shape, int(train_env.action_space.n)
+    overrides = parse_overrides(args.set)
+    if args.preset == "masked":
+        config = presets.masked_cartpole_config(
+            input_shape=shape, nb_actions=actions, seed=args.seed, **overrides
+        )
+    else:
+        config = presets.memory_config(shape, actions, seed=args.seed, **overrides)
+    agent = R2D2Agent(config)
+    agent.compile()
+    eval_env.reset(seed=10_000 + args.seed)
+    curve: list[tuple[int, float]] = []
+    train_wall = 0.0
+    start = time.perf_counter()
+    steps = 0
+    while steps < args.budget:
+        chunk = min(args.eval_every, args.budget - steps)
+        t0 = time.perf_counter()
+        agent.fit(train_env, nb_steps=chunk, verbose=0)
+        train_wall += time.perf_counter() - t0
+        steps += chunk
+        history = agent.test(eval_env, nb_episodes=EVAL_EPISODES, visualize=False, verbose=0)
+        curve.append((steps, float(np.mean(history.history["episode_reward"]))))
+        log_eval(curve[-1], start)
+    wall = time.perf_counter() - start
+    return {
+        **summarise_curve(curve, score_range, args.threshold),
+        "wall_s": round(wall, 1),
+        "train_wall_s": round(train_wall, 1),
+        "agent_detail": f"R2D2Agent, preset {args.preset}",
+        "config": json.loads(json.dumps(dataclasses.asdict(config), default=str)),
+    }
+
+
+# ---------------------------------------------------------------------------- rppo
+
+
+def run_rppo_here(args: argparse.Namespace) -> dict[str, Any]:
+    """RecurrentPPO with the peers' rl-zoo masked-CartPole settings (in the peers' venv)."""
+    import numpy as np  # noqa: PLC0415
+    import sb3_contrib  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+    from sb3_contrib import RecurrentPPO  # noqa: PLC0415
+    from stable_baselines3.common.callbacks import BaseCallback  # noqa: PLC0415
+    from stable_baselines3.common.evaluation import evaluate_policy  # noqa: PLC0415
+    from stable_baselines3.common.monitor import Monitor  # noqa: PLC0415
+    from stable_baselines3.common.vec_env import (  # noqa: PLC0415
+        DummyVecEnv,
+        VecNormalize,
+        sync_envs_normalization,
+    )
+
+    torch.set_num_threads(1)
+    _, score_range = make_task(args.task)
+    venv = VecNormalize(
+        DummyVecEnv([lambda: make_task(args.task, args.reward_scale)[0] for _ in range(8)]),
+        gamma=0.98,
+    )
+    eval_env = VecNormalize(
+        DummyVecEnv([lambda: Monitor(make_task(args.task)[0])]), training=False, norm_reward=False
+    )
+    eval_env.seed(10_000 + args.seed)
+
+    def lin(v: float) -> Callable[[float], float]:
+        return lambda progress_remaining: progress_remaining * v
+
+    model = RecurrentPPO(
+        "MlpLstmPolicy",
+        venv,
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=lin(1e-3),
+        clip_range=lin(0.2),
+        policy_kwargs=dict(
+            ortho_init=False,
+            activation_fn=torch.nn.ReLU,
+            lstm_hidden_size=64,
+            enable_critic_lstm=True,
+            net_arch=dict(pi=[64], vf=[64]),
+        ),
+        seed=args.seed,
+        device="cpu",
+        verbose=0,
+    )
+    curve: list[tuple[int, float]] = []
+    eval_wall = [0.0]
+
+    class Evaluate(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next = args.eval_every
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next:
+                self.next += args.eval_every
+                t0 = time.perf_counter()
+                sync_envs_normalization(self.training_env, eval_env)
+                returns, _ = evaluate_policy(
+                    self.model,
+                    eval_env,
+                    n_eval_episodes=EVAL_EPISODES,
+                    deterministic=True,
+                    return_episode_rewards=True,
+                )
+                curve.append((self.num_timesteps, float(np.mean(returns))))
+                eval_wall[0] += time.perf_counter() - t0
+                log_eval(curve[-1], start)
+            return True
+
+    start = time.perf_counter()
+    model.learn(total_timesteps=args.budget, callback=Evaluate())
+    if not curve or curve[-1][0] < args.budget:
+        t0 = time.perf_counter()
+        sync_envs_normalization(venv, eval_env)
+        returns, _ = evaluate_policy(
+            model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True,
+            return_episode_rewards=True,
+        )  # fmt: skip
+        curve.append((model.num_timesteps, float(np.mean(returns))))
+        eval_wall[0] += time.perf_counter() - t0
+    wall = time.perf_counter() - start
+    return {
+        **summarise_curve(curve, score_range, args.threshold),
+        "wall_s": round(wall, 1),
+        "train_wall_s": round(wall - eval_wall[0], 1),
+        "agent_detail": f"sb3-contrib {sb3_contrib.__version__} RecurrentPPO, rl-zoo "
+        f"CartPoleNoVel settings (shared/peers/sb3_rppo.py), torch {torch.__version__}",
+    }
+
+
+def peers_python(flag: str | None) -> str:
+    path = (
+        flag
+        or os.environ.get("PEERS_PYTHON")
+        or str(pathlib.Path.home() / ".peers-venv" / "bin" / "python")
+    )
+    if not pathlib.Path(path).exists():
+        raise SystemExit(
+            f"the peers' python {path!r} does not exist: create ~/.peers-venv (see "
+            "benchmarks/RESULTS.md, 'Memory suite') or pass --peers-python / PEERS_PYTHON"
+        )
+    return path
+
+
+def run_rppo(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs `run_rppo_here` in the peers' venv; returns its JSON line."""
+    cmd = [peers_python(args.peers_python), str(HERE / "memory_suite.py"), "rppo-worker"]
+    cmd += ["--task", args.task, "--seed", str(args.seed), "--budget", str(args.budget)]
+    cmd += ["--eval-every", str(args.eval_every), "--threshold", str(args.threshold)]
+    cmd += ["--reward-scale", str(args.reward_scale)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # stderr: ours
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the RecurrentPPO run failed (exit {proc.returncode})")
+    return json.loads(lines[-1])
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def agent_label(args: argparse.Namespace) -> str:
+    if args.agent == "rppo":
+        return "rppo"
+    return ":".join(["ours", args.preset] + ([",".join(args.set)] if args.set else []))
+
+
+def cmd_one(args: argparse.Namespace) -> None:
+    if args.eval_every is None:
+        args.eval_every = TASKS[args.task][2]
+    load = [round(x, 2) for x in os.getloadavg()]
+    if args.agent == "ours":
+        result = run_ours(args)
+    elif args.agent == "rppo":
+        result = run_rppo(args)
+    else:  # the worker inside the peers' venv
+        result = run_rppo_here(args)
+    result.update(
+        agent=agent_label(args) if args.agent != "rppo-worker" else "rppo",
+        task=args.task,
+        seed=args.seed,
+        budget=args.budget,
+        eval_every=args.eval_every,
+        threshold=args.threshold,
+        reward_scale=args.reward_scale,
+        load_average_at_start=load,
+    )
+    print(json.dumps(result), flush=True)
+
+
+def parse_agent_spec(spec: str) -> list[str]:
+    """`"ours:memory:gamma=0.9,n=5"` -> `one`'s arguments for that agent."""
+    parts = spec.split(":", 2)
+    if parts[0] == "rppo" and len(parts) == 1:
+        return ["--agent", "rppo"]
+    if parts[0] != "ours" or len(parts) < 2 or parts[1] not in ("masked", "memory"):
+        raise SystemExit(f"agent spec must be rppo or ours:masked|memory[:F=V,...], got {spec!r}")
+    out = ["--agent", "ours", "--preset", parts[1]]
+    for pair in parts[2].split(",") if len(parts) == 3 else []:
+        out += ["--set", pair.strip()]
+    return out
+
+
+def run_key(record: dict[str, Any]) -> tuple:
+    return (
+        record["agent"],
+        record["task"],
+        record["seed"],
+        record["budget"],
+        float(record["reward_scale"]),
+    )
+
+
+def read_records(path: pathlib.Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+
+
+def cmd_suite(args: argparse.Namespace) -> None:
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = {run_key(r) for r in read_records(out) if "error" not in r}
+    jobs = []
+    for task in args.tasks:
+        for seed in args.seeds:
+            for spec in args.agents:
+                label = spec if spec != "rppo" else "rppo"
+                key = (label, task, seed, args.budget, float(args.reward_scale))
+                if key in done:
+                    continue
+                cmd = [sys.executable, str(HERE / "memory_suite.py"), "one"]
+                cmd += parse_agent_spec(spec)
+                cmd += ["--task", task, "--seed", str(seed), "--budget", str(args.budget)]
+                cmd += ["--reward-scale", str(args.reward_scale)]
+                if args.peers_python:
+                    cmd += ["--peers-python", args.peers_python]
+                jobs.append((key, cmd))
+
+    logs = out.with_name(out.stem + "_logs")
+    logs.mkdir(exist_ok=True)
+
+    def run(job: tuple[tuple, list[str]]) -> dict[str, Any]:
+        key, cmd = job
+        name = "_".join(str(part) for part in key).replace(":", "-").replace("/", "-")
+        log = logs / f"{name[:150]}.log"
+        with log.open("w") as stderr:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            fields = ["agent", "task", "seed", "budget", "reward_scale"]
+            return dict(zip(fields, key, strict=True)) | {"error": log.read_text()[-2000:]}
+        return json.loads(lines[-1])
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for record in pool.map(run, jobs):
+            with out.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            brief = {k: record.get(k) for k in ("agent", "task", "seed", "best", "solved_at")}
+            print(json.dumps(brief | {"wall_s": record.get("wall_s")}), flush=True)
+            if "error" in record:
+                print(record["error"], file=sys.stderr)
+    if args.markdown:
+        print(markdown_table(read_records(out), args.reward_scale))
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def markdown_table(records: list[dict[str, Any]], reward_scale: float = 1.0) -> str:
+    """Rows by task, agents side by side: medians over seeds (per-seed values after)."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for r in records:
+        if "error" in r or float(r["reward_scale"]) != float(reward_scale):
+            continue
+        groups.setdefault((r["task"], r["agent"], r["budget"]), []).append(r)
+    lines = [
+        "| task | agent | budget | best greedy mean, median (per seed) | final | "
+        "env steps to threshold, median (solved) | stays solved | wall s, median (train) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    order = {name: i for i, name in enumerate(TASKS)}
+    for (task, agent, budget), runs in sorted(
+        groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][2], kv[0][1] == "rppo")
+    ):
+        runs.sort(key=lambda r: r["seed"])
+        best = " / ".join(f"{r['best']:.2f}" for r in runs)
+        steps = [r["solved_at"] if r["solved_at"] is not None else budget for r in runs]
+        n_solved = sum(r["solved_at"] is not None for r in runs)
+        med_steps = _median(steps)
+        steps_text = (
+            f"{med_steps:,.0f}" if n_solved * 2 > len(runs) else f"> {budget:,}"
+        ) + f" ({n_solved}/{len(runs)})"
+        stays = sum(r["stays_solved"] for r in runs)
+        lines.append(
+            f"| {task} | {agent} | {budget:,} | {_median([r['best'] for r in runs]):.2f} "
+            f"({best}) | {_median([r['final'] for r in runs]):.2f} | {steps_text} | "
+            f"{stays}/{len(runs)} | {_median([r['wall_s'] for r in runs]):.0f} "
+            f"({_median([r['train_wall_s'] for r in runs]):.0f}) |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--budget", type=int, default=60_000, help="training env steps")
+        p.add_argument("--reward-scale", type=float, default=1.0)
+        p.add_argument("--peers-python", default=None, help="python of the peers' venv")
+
+    def run_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--task", choices=list(TASKS), required=True)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--eval-every", type=int, default=None, help="env steps (per task)")
+        p.add_argument(
+            "--threshold", type=float, default=0.9, help="normalised mean that counts as solved"
+        )
+        common(p)
+
+    one = sub.add_parser("one", help="one agent x task x seed: one JSON line")
+    one.add_argument("--agent", choices=["ours", "rppo"], required=True)
+    one.add_argument("--preset", choices=["masked", "memory"], default="masked")
+    one.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    run_args(one)
+    worker = sub.add_parser("rppo-worker", help=argparse.SUPPRESS)
+    run_args(worker)
+    suite = sub.add_parser("suite", help="many runs appended to --out, then a table")
+    suite.add_argument("--agents", nargs="+", default=["ours:masked", "rppo"])
+    suite.add_argument("--tasks", nargs="+", default=list(TASKS))
+    suite.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    suite.add_argument("--jobs", type=int, default=2, help="runs at once (1 thread each)")
+    suite.add_argument("--out", required=True, help="JSONL file (appended)")
+    suite.add_argument("--markdown", action="store_true")
+    common(suite)
+    table = sub.add_parser("table", help="the markdown table of a JSONL file")
+    table.add_argument("--out", required=True)
+    table.add_argument("--reward-scale", type=float, default=1.0)
+    args = parser.parse_args()
+
+    if args.command == "one":
+        cmd_one(args)
+    elif args.command == "rppo-worker":
+        args.agent = "rppo-worker"
+        cmd_one(args)
+    elif args.command == "suite":
+        for spec in args.agents:
+            parse_agent_spec(spec)
+        for task in args.tasks:
+            if task not in TASKS:
+                raise SystemExit(f"unknown task {task!r}; tasks: {', '.join(TASKS)}")
+        if "rppo" in args.agents:
+            peers_python(args.peers_python)
+        cmd_suite(args)
+    else:
+        print(markdown_table(read_records(pathlib.Path(args.out)), args.reward_scale))
+
+
+if __name__ == "__main__":
+    main()

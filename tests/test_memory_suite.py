@@ -1,0 +1,84 @@
+"""benchmarks/memory_suite.py's bookkeeping (no training): the curve's summary, agent specs,
+the table, and bad input named before any run starts."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+PATH = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "memory_suite.py"
+
+
+@pytest.fixture(scope="module")
+def suite():
+    spec = importlib.util.spec_from_file_location("memory_suite", PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_curve_summary_normalises_and_finds_when_it_stays_solved(suite):
+    # CartPole's range 0-500: 475 -> 0.9, 250 -> 0, 500 -> 1.
+    summary = suite.summarise_curve([(5000, 250.0), (10000, 475.0), (15000, 500.0)], (0, 500), 0.9)
+    assert summary["best"] == 1.0 and summary["final"] == 1.0
+    assert summary["solved_at"] == 10000 and summary["stays_solved"] is True
+    assert summary["curve"][0] == [5000, 250.0, 0.0]
+    dips = suite.summarise_curve([(1, 1.0), (2, 0.5), (3, 0.95)], (-1, 1), 0.9)
+    assert dips["solved_at"] == 1 and dips["stays_solved"] is False and dips["final"] == 0.95
+    never = suite.summarise_curve([(1, -0.5)], (-1, 1), 0.9)
+    assert never["solved_at"] is None and never["stays_solved"] is False
+
+
+def test_agent_specs(suite):
+    assert suite.parse_agent_spec("rppo") == ["--agent", "rppo"]
+    assert suite.parse_agent_spec("ours:memory:gamma=0.9, multisteps=5") == [
+        "--agent", "ours", "--preset", "memory", "--set", "gamma=0.9", "--set", "multisteps=5",
+    ]  # fmt: skip
+    for bad in ("ours", "ours:atari", "ppo"):
+        with pytest.raises(SystemExit, match="agent spec"):
+            suite.parse_agent_spec(bad)
+    assert suite.parse_overrides(["gamma=0.9", "enable_dueling=False"]) == {
+        "gamma": 0.9,
+        "enable_dueling": False,
+    }
+    with pytest.raises(SystemExit, match="not a Python literal"):
+        suite.parse_overrides(["gamma=ninety"])
+
+
+def test_the_table_puts_agents_side_by_side_with_medians(suite):
+    def record(agent, seed, best, solved_at):
+        return dict(agent=agent, task="cue-10", seed=seed, budget=1000, reward_scale=1.0,
+                    best=best, final=best, solved_at=solved_at, stays_solved=solved_at is not None,
+                    wall_s=10.0 + seed, train_wall_s=9.0)  # fmt: skip
+
+    records = [
+        record("ours:masked", 0, 1.0, 500),
+        record("ours:masked", 1, -0.5, None),
+        record("ours:masked", 2, 0.95, 750),
+        record("rppo", 0, -0.5, None),
+        {"agent": "rppo", "task": "cue-10", "seed": 1, "error": "boom"},
+    ]
+    rows = suite.markdown_table(records).splitlines()
+    assert len(rows) == 4
+    assert rows[2].startswith("| cue-10 | ours:masked | 1,000 | 0.95 (1.00 / -0.50 / 0.95)")
+    assert "| 750 (2/3) | 2/3 | 11 (9) |" in rows[2]
+    assert "| > 1,000 (0/1) | 0/1 |" in rows[3] and "| rppo |" in rows[3]
+
+
+def test_bad_input_is_named_before_any_run(tmp_path):
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, str(PATH), *args], capture_output=True, text=True, cwd=tmp_path
+        )
+
+    proc = run("suite", "--agents", "ours:atari", "--out", "x.jsonl")
+    assert proc.returncode != 0 and "ours:atari" in proc.stderr
+    proc = run("suite", "--agents", "rppo", "--peers-python", "/nope/python", "--out", "x.jsonl")
+    assert proc.returncode != 0 and "/nope/python" in proc.stderr
+    proc = run("suite", "--agents", "ours:masked", "--tasks", "maze", "--out", "x.jsonl")
+    assert proc.returncode != 0 and "maze" in proc.stderr
+    assert not (tmp_path / "x.jsonl").exists()
