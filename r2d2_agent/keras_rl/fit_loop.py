@@ -30,6 +30,24 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+def step_logs(transition: Transition, metrics: Any, episode: int | None) -> dict[str, Any]:
+    """keras-rl's `on_step_end` logs of one env step (Gymnasium's `terminated` and
+    `truncated` kept apart in its `info`)."""
+    info = {
+        **transition.info,
+        "terminated": transition.terminated,
+        "truncated": transition.truncated,
+    }
+    return {
+        "action": transition.action,
+        "observation": transition.observation,
+        "reward": transition.reward,
+        "metrics": metrics,
+        "episode": episode,
+        "info": info,
+    }
+
+
 class KerasRLCallbacks(EpisodeObserver):
     """Forwards the loop's hooks to a keras-rl `CallbackList`, with keras-rl's log keys.
 
@@ -57,19 +75,7 @@ class KerasRLCallbacks(EpisodeObserver):
         self._callbacks.on_action_end(action)
 
     def on_step_end(self, episode_step: int, transition: Transition) -> None:
-        info = {
-            **transition.info,
-            "terminated": transition.terminated,
-            "truncated": transition.truncated,
-        }
-        logs = {
-            "action": transition.action,
-            "observation": transition.observation,
-            "reward": transition.reward,
-            "metrics": self._agent.last_metrics,
-            "episode": self._episode,
-            "info": info,
-        }
+        logs = step_logs(transition, self._agent.last_metrics, self._episode)
         self._callbacks.on_step_end(episode_step, logs)
 
     def on_episode_end(self, result: EpisodeResult) -> None:
@@ -119,21 +125,8 @@ class KerasRLVectorCallbacks(VectorObserver):
         callbacks.on_step_begin(episode_step, logs={"env": env})
         callbacks.on_action_begin(transition.action, logs={"env": env})
         callbacks.on_action_end(transition.action, logs={"env": env})
-        info = {
-            **transition.info,
-            "terminated": transition.terminated,
-            "truncated": transition.truncated,
-        }
-        logs = {
-            "action": transition.action,
-            "observation": transition.observation,
-            "reward": transition.reward,
-            "metrics": self._agent.last_metrics,
-            "episode": self._episode_of[env],
-            "env": env,
-            "info": info,
-        }
-        callbacks.on_step_end(episode_step, logs)
+        logs = step_logs(transition, self._agent.last_metrics, self._episode_of[env])
+        callbacks.on_step_end(episode_step, {**logs, "env": env})
 
     def on_env_episode_end(self, env: int, result: EpisodeResult) -> None:
         logs = {
