@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,6 +54,7 @@ def ray_start(monkeypatch):
         except ProcessLookupError:
             pass
         proc.wait()
+        shutil.rmtree(root, ignore_errors=True)  # the node's session folder
 
 
 def test_manager_without_an_address_joins_the_cluster_ray_start_made(ray_start, make_config):
