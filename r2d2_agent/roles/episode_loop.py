@@ -26,6 +26,7 @@ __all__ = [
     "LoopActor",
     "LoopTotals",
     "Transition",
+    "limit_reached",
     "play_episodes",
 ]
 
@@ -138,6 +139,21 @@ class LoopTotals:
     episodes: int
 
 
+def limit_reached(
+    steps: int,
+    nb_steps: int | None,
+    should_stop: Callable[[], bool] | None,
+    observers: Sequence[Any],
+) -> bool:
+    """Whether a loop that took `steps` env steps ends now: `nb_steps` reached, the
+    caller's `should_stop` or any observer's `should_stop()` says so."""
+    if nb_steps is not None and steps >= nb_steps:
+        return True
+    if should_stop is not None and should_stop():
+        return True
+    return any(observer.should_stop() for observer in observers)
+
+
 class EpisodeLoop:
     """Runs an actor in a Gymnasium env, episode after episode.
 
@@ -221,11 +237,7 @@ class EpisodeLoop:
             raise ValueError(f"nb_episodes must be >= 1, got {nb_episodes}")
 
         def stop() -> bool:
-            if nb_steps is not None and steps >= nb_steps:
-                return True
-            if should_stop is not None and should_stop():
-                return True
-            return any(observer.should_stop() for observer in self.observers)
+            return limit_reached(steps, nb_steps, should_stop, self.observers)
 
         if self.seed is not None:
             self.env.action_space.seed(self.seed)

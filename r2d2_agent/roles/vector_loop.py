@@ -22,7 +22,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from r2d2_agent.roles.episode_loop import EpisodeResult, LoopTotals, Transition
+from r2d2_agent.roles.episode_loop import (
+    EpisodeResult,
+    LoopTotals,
+    Transition,
+    limit_reached,
+)
 
 __all__ = [
     "EnvBatch",
@@ -301,11 +306,7 @@ class VectorEpisodeLoop:
         steps = episodes = 0
 
         def stop() -> bool:
-            if nb_steps is not None and steps >= nb_steps:
-                return True
-            if should_stop is not None and should_stop():
-                return True
-            return any(observer.should_stop() for observer in self.observers)
+            return limit_reached(steps, nb_steps, should_stop, self.observers)
 
         if stop():
             return LoopTotals(steps=0, episodes=0)
