@@ -81,11 +81,15 @@ def run_throughput(
         **manager_kwargs,
     )
     marks: dict = {}
+    cpu: dict = {}
 
     def on_progress(p):
         if "start" not in marks and p.learner_updates >= 1 and min(p.actor_env_steps) > 0:
             marks["start"] = p
+            cpu["start"] = _cpu_seconds(p)
         marks["end"] = p
+        if "start" in marks:
+            cpu["end"] = _cpu_seconds(p)
 
     result = manager.train(max_seconds=seconds, on_progress=on_progress)
     if "start" not in marks:
@@ -95,6 +99,13 @@ def run_throughput(
     a, b = marks["start"], marks["end"]
     dt = b.elapsed_seconds - a.elapsed_seconds
     per_actor = [(y - x) / dt for x, y in zip(a.actor_env_steps, b.actor_env_steps, strict=True)]
+    actor_cpu = [
+        cpu["end"].get(pid, np.nan) - cpu["start"].get(pid, np.nan)
+        for pid in a.actor_pids
+        if pid is not None
+    ]
+    steps = b.env_steps - a.env_steps
+    learner_cpu = cpu["end"].get(a.learner_pid, np.nan) - cpu["start"].get(a.learner_pid, np.nan)
     return {
         "actors": actors,
         "train_interval": config.train_interval,
@@ -110,7 +121,29 @@ def run_throughput(
         "actor_tensorflow_loaded": [i.get("tensorflow_loaded") for i in result.actor_info],
         "learner_seconds": result.learner_info.get("seconds"),
         "actor_seconds": [i.get("seconds") for i in result.actor_info],
+        # CPU time of the actor processes per 1,000 env steps and of the learner process
+        # per update, over the same steady part (Linux /proc; NaN elsewhere): what a step
+        # costs whatever the load.
+        "actor_cpu_ms_per_1k_steps": round(sum(actor_cpu) / max(steps, 1) * 1e6, 1),
+        "learner_cpu_ms_per_update": round(
+            learner_cpu / max(b.learner_updates - a.learner_updates, 1) * 1e3, 2
+        ),
     }
+
+
+def _cpu_seconds(progress) -> dict:
+    """User + system CPU seconds of the run's actor and learner processes, by pid."""
+    out = {}
+    for pid in (*progress.actor_pids, progress.learner_pid):
+        if pid is None:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 def _config(seed: int, train_interval: int | None):

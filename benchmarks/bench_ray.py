@@ -184,7 +184,7 @@ class _InboxHost:
 
         from r2d2_agent.distributed.ray_backend.channels import Inbox
 
-        self.inbox = Inbox(64)
+        self.inbox = Inbox(64 * 4)  # the default inbox_size batches of 4 sequences
         self.taken = 0
         threading.Thread(target=self._drain, daemon=True).start()
 
@@ -194,15 +194,16 @@ class _InboxHost:
             if batch is not None:
                 self.taken += len(batch)
 
-    def put_experience(self, items) -> bool:
-        return self.inbox.put(items)
+    def put_experience(self, payload: bytes) -> bool:
+        return self.inbox.put(pickle.loads(payload))
 
 
 class _Caller:
     """Times round trips from a Ray actor, as an actor process makes them."""
 
     def __init__(self, board, host, batch) -> None:
-        self.board, self.host, self.batch = board, host, batch
+        self.board, self.host = board, host
+        self.batch = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)  # as an actor sends
 
     def time_calls(self, repeats: int) -> dict:
         import ray

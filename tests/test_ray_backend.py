@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import queue
 import shutil
 import signal
@@ -33,8 +34,9 @@ from ray.cluster_utils import Cluster
 from r2d2_agent.callbacks import CheckpointCallback
 from r2d2_agent.distributed import R2D2Manager, R2D2ProcessError, ray_backend
 from r2d2_agent.distributed.messages import Experience
-from r2d2_agent.distributed.ray_backend import RayOptions, channels
+from r2d2_agent.distributed.ray_backend import RayOptions, channels, workers
 from r2d2_agent.distributed.ray_backend.board import (
+    ActorReply,
     ActorReport,
     LearnerReport,
     PublishedWeights,
@@ -89,6 +91,9 @@ class StopAfterEpisodes:
         ("learner_on_driver_node", 1),
         ("inbox_size", 0),
         ("inbox_size", True),
+        ("send_ahead", 0),
+        ("send_ahead", 2.0),
+        ("send_interval", -0.1),
         ("report_interval", 0),
         ("start_timeout", -5),
         ("runtime_env", ["pip"]),
@@ -166,6 +171,8 @@ def test_board_reply_to_an_actor_carries_the_latest_weights_reference():
     assert board.actor_report(ActorReport(0, 1, 0)).weights is None
     board.publish(PublishedWeights(3, ["ref3"]))
     assert board.actor_report(ActorReport(0, 2, 0)).weights == PublishedWeights(3, ["ref3"])
+    known = ActorReport(0, 3, 0, weights_version=3)
+    assert board.actor_report(known).weights is None  # nothing newer than it knows
 
 
 def test_subscriber_fetches_only_a_newer_version(monkeypatch):
@@ -231,6 +238,18 @@ def test_full_inbox_holds_a_put_until_the_learner_takes_a_batch():
     assert done.get(timeout=2.0) is True
 
 
+def test_inbox_counts_sequences_not_calls():
+    inbox = Inbox(4)
+    assert inbox.put(_items(3)) is True
+    assert inbox.put(_items(3, start=3)) is True  # room left: taken whole
+    done = queue.Queue()
+    threading.Thread(target=lambda: done.put(inbox.put(_items(1, 6))), daemon=True).start()
+    with pytest.raises(queue.Empty):
+        done.get(timeout=0.3)  # 6 sequences held, capacity 4: the put waits
+    assert [i.env_steps for i in inbox.get(0.0)] == [0, 1, 2]  # 3 held: room again
+    assert done.get(timeout=2.0) is True
+
+
 def test_closed_inbox_refuses_a_waiting_put():
     inbox = Inbox(1)
     inbox.put(_items(1))
@@ -238,6 +257,152 @@ def test_closed_inbox_refuses_a_waiting_put():
     threading.Thread(target=lambda: done.put(inbox.put(_items(1))), daemon=True).start()
     inbox.close()
     assert done.get(timeout=2.0) is False
+
+
+class _Call:
+    """A fake `put_experience` call: done once the fake learner answers it."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.items = pickle.loads(payload)
+        self.answer: bool | None = None
+
+
+class _FakeLearner:
+    """A learner handle whose calls stay in flight until `answer`; keeps every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[_Call] = []
+        self.put_experience = SimpleNamespace(remote=self._remote)
+
+    def _remote(self, payload: bytes) -> _Call:
+        self.calls.append(_Call(payload))
+        return self.calls[-1]
+
+    def answer(self, accepted: bool = True) -> None:
+        for call in self.calls:
+            if call.answer is None:
+                call.answer = accepted
+
+    def received(self) -> list[int]:
+        return [i.env_steps for c in self.calls if c.answer for i in c.items]
+
+
+def _fake_ray(monkeypatch, module) -> None:
+    """`ray.wait` and `ray.get` of `module` over `_Call`s (a get of an unanswered call
+    times out after a short sleep)."""
+
+    def wait(refs, timeout=None):
+        done = [r for r in refs if r.answer is not None]
+        return done, [r for r in refs if r.answer is None]
+
+    def get(ref, timeout=None):
+        if ref.answer is None:
+            time.sleep(0.01)
+            raise channels.GetTimeoutError()
+        return ref.answer
+
+    monkeypatch.setattr(module, "ray", SimpleNamespace(wait=wait, get=get))
+
+
+def test_sender_keeps_at_most_its_bound_while_the_learner_takes_nothing(monkeypatch):
+    _fake_ray(monkeypatch, channels)
+    learner = _FakeLearner()
+    sender = channels.ActorCallSender(learner, lambda: False, max_pending=6)
+    accepted = 0
+    with pytest.raises(TimeoutError):
+        for start in range(0, 200, 2):  # far more than the bound
+            sender.send(_items(2, start), timeout=0.05)
+            accepted += 2
+    # 2 in the call in flight, then 2 + 2 kept; the next 2 reach the bound of 6: wait.
+    assert accepted == 6
+    assert len(learner.calls) == 1
+    learner.answer()  # the learner takes the call: the actor goes on, in order
+    assert sender.send(_items(2, 6)) is True  # the 2 that timed out, sent again
+    assert sender.flush() is True
+    learner.answer()
+    assert learner.received() == list(range(8))
+
+
+def test_sender_gathers_batches_between_calls_and_keeps_their_order(monkeypatch):
+    _fake_ray(monkeypatch, channels)
+    learner = _FakeLearner()
+    sender = channels.ActorCallSender(learner, lambda: False, max_pending=100, min_interval=60)
+    for start in range(0, 10, 2):
+        assert sender.send(_items(2, start)) is True
+        learner.answer()
+    assert [len(c.items) for c in learner.calls] == [2]  # the rest wait for the interval
+    assert sender.flush() is True
+    learner.answer()
+    assert [len(c.items) for c in learner.calls] == [2, 8]
+    assert learner.received() == list(range(10))
+
+
+def test_sender_refuses_once_the_learner_refused_or_the_run_stops(monkeypatch):
+    _fake_ray(monkeypatch, channels)
+    learner = _FakeLearner()
+    sender = channels.ActorCallSender(learner, lambda: False, max_pending=1)
+    assert sender.send(_items(1)) is True
+    learner.answer(accepted=False)  # the learner stopped
+    assert sender.send(_items(1, 1)) is False
+    assert sender.send(_items(1, 2)) is False
+    stopping = channels.ActorCallSender(_FakeLearner(), lambda: True, max_pending=1)
+    assert stopping.send(_items(1)) is True
+    assert stopping.send(_items(1, 1)) is False  # waits for a call, but the run stops
+
+
+class _FakeBoard:
+    """Records the pulse's calls to the board."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.set_busy = SimpleNamespace(remote=lambda who, busy: self.calls.append((who, busy)))
+        self.heartbeat = SimpleNamespace(remote=lambda who: self.calls.append((who, "beat")))
+
+
+def test_pulse_tells_the_board_of_a_lasting_busy_section_and_its_end():
+    board = _FakeBoard()
+    pulse = workers._BoardPulse(board, "actor 0", interval=0.2, announce_after=0.05)
+    with pulse.busy("short"):
+        pass
+    with pulse.busy("long"):
+        deadline = time.monotonic() + 10
+        while ("actor 0", "beat") not in board.calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert board.calls[0] == ("actor 0", True)
+    assert ("actor 0", "beat") in board.calls
+    assert board.calls[-1] == ("actor 0", False)
+    assert board.calls.count(("actor 0", True)) == board.calls.count(("actor 0", False))
+
+
+def test_actor_reporter_sends_one_report_at_a_time_and_counts_what_the_reply_answers(
+    monkeypatch,
+):
+    replies = []
+
+    class Board:
+        def __init__(self):
+            self.actor_report = SimpleNamespace(remote=self._report)
+
+        def _report(self, report):
+            replies.append(_Call(pickle.dumps([])))
+            replies[-1].report = report
+            return replies[-1]
+
+    _fake_ray(monkeypatch, workers)
+    reporter = workers._ActorBoardReporter(
+        Board(), 0, 0, 0, nb_steps=None, nb_actors=1, interval=0.0
+    )
+    reporter.on_steps(10)
+    assert reporter.stopped() is False and len(replies) == 1  # sent, not waited for
+    reporter.on_steps(20)
+    assert reporter.stopped() is False and len(replies) == 1  # the first is not answered
+    replies[0].answer = ActorReply(stop=False, total_steps=10)
+    reporter.on_steps(30)
+    assert reporter.stopped() is False and len(replies) == 2  # taken, and a new one sent
+    assert replies[1].report.steps == 30
+    assert reporter.run_env_steps() == 10 + 30 - 10  # the reply counts steps up to 10
+    replies[1].answer = ActorReply(stop=True, total_steps=40)
+    assert reporter.stopped() is True
 
 
 # ----------------------------------------------------------------- a local cluster
@@ -460,6 +625,57 @@ def test_ray_killed_learner_is_detected_within_ten_seconds(killed_learner):
 
 def test_ray_killed_learner_leaves_no_ray_actor_behind(killed_learner):
     assert killed_learner.cpus_freed
+
+
+class SlowUpdates:
+    """Makes every learner update take 50 ms at least (a slow learner)."""
+
+    def on_r2d2_learner_train_begin(self, learner):
+        time.sleep(0.05)
+
+
+SLOW_RUN_TRAINS = 60
+SLOW_RUN_OPTIONS = RayOptions(inbox_size=2, send_ahead=2)
+
+
+@pytest.fixture(scope="module")
+def slow_learner_run(cluster, run_config):
+    """Two actors beside a rate-limited learner slower than they are (tiny bounds)."""
+    ray.init(address=cluster.address)
+    try:
+        config = run_config(memory_warmup=20)
+        manager = R2D2Manager(
+            CARTPOLE,
+            config,
+            actor_num=2,
+            backend="ray",
+            ray_options=SLOW_RUN_OPTIONS,
+            callbacks=[SlowUpdates()],
+            progress=False,
+        )
+        result = manager.train(nb_trains=SLOW_RUN_TRAINS, max_seconds=240)
+        return SimpleNamespace(result=result, config=config)
+    finally:
+        ray.shutdown()
+
+
+def test_ray_rate_limit_holds_actors_back_behind_a_slow_learner(slow_learner_run):
+    result, config = slow_learner_run.result, slow_learner_run.config
+    assert result.learner_updates >= SLOW_RUN_TRAINS
+    # Earned by the updates (and the ratio's tolerance of 16), plus what the bounds let
+    # through unconsumed: the inbox, each actor's call in flight and kept batches, the
+    # learner's last receive (4 x batch_size), and the warm-up before the limit starts;
+    # each sequence accounts for at most `input_length` new env steps here. Unbounded,
+    # two numpy actors would make thousands of env steps in the learner's 3 s or more.
+    send_batch = 4
+    sequences = (
+        SLOW_RUN_OPTIONS.inbox_size * send_batch
+        + 2 * (2 * SLOW_RUN_OPTIONS.send_ahead * send_batch + 1)
+        + 4 * config.batch_size
+        + config.memory_warmup
+    )
+    earned = (result.learner_updates + 16) * config.train_interval
+    assert result.env_steps <= earned + sequences * config.input_length + 2 * 50
 
 
 RAY_STALL_TIMEOUT = 5.0

@@ -36,12 +36,15 @@ class ActorReport:
         steps: Env steps this actor index took (over restarts and resumed runs).
         episodes: Episodes it finished (likewise).
         returns: Returns of the episodes finished since its previous report, in order.
+        weights_version: The latest weights version the actor knows of (the reply
+            carries the weights reference only if a newer one was published).
     """
 
     index: int
     steps: int
     episodes: int
     returns: tuple[float, ...] = ()
+    weights_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,8 @@ class PublishedWeights:
 @dataclass(frozen=True)
 class ActorReply:
     """Board -> actor: whether to stop, the env steps of all actors together, and the
-    latest published weights (their reference: an actor fetches them only if newer)."""
+    latest published weights if newer than the report's `weights_version` (their
+    reference: an actor fetches them only if newer), else None."""
 
     stop: bool
     total_steps: int
@@ -137,13 +141,16 @@ class RunBoard:
         return self._steps[index], self._episodes[index]
 
     def actor_report(self, report: ActorReport) -> ActorReply:
-        """Records an actor's report; replies with the stop flag and the total env steps."""
+        """Records an actor's report; replies with the stop flag, the total env steps and
+        the latest weights if newer than the actor knows."""
         i = report.index
         self._signs[f"actor {i}"] = time.monotonic()
         self._steps[i] = max(self._steps[i], int(report.steps))
         self._episodes[i] = max(self._episodes[i], int(report.episodes))
         self._returns.extend((i, float(r)) for r in report.returns)
-        return ActorReply(self._stop, sum(self._steps), self._weights)
+        return ActorReply(
+            self._stop, sum(self._steps), self.weights_if_newer(report.weights_version)
+        )
 
     # Learner ---------------------------------------------------------------------------
 

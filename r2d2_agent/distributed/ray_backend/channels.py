@@ -1,9 +1,12 @@
 """The four transport interfaces over Ray.
 
-* Experience: an actor calls its learner's `put_experience` (one Ray actor call per batch
-  of `send_batch_size` sequences, at most one in flight per actor, so acting overlaps the
-  transfer); the learner's bounded `Inbox` takes it, and a full inbox holds the call, which
-  holds the actor's next send: back-pressure.
+* Experience: an actor calls its learner's `put_experience` with its batches pickled
+  into one `bytes` (one Ray actor call at a time per actor, so the batches arrive in
+  order, and acting overlaps the transfer). While a call is in flight the actor gathers
+  the next batches, up to a bound (`RayOptions.send_ahead` batches), and sends them all in
+  its next call: fewer, larger calls when the learner is slow to take them. The learner's
+  `Inbox`, bounded in sequences, takes a call's batches; a full inbox holds the call, which
+  holds the actor once it has gathered the bound: back-pressure.
 * Weights: the learner puts the arrays in the object store once per publish and registers
   the reference with the run's board; the board's reply to an actor's periodic report
   carries the latest reference, and the actor fetches the arrays by reference only when
@@ -12,9 +15,11 @@
 
 from __future__ import annotations
 
-import queue
+import math
+import pickle
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,39 +48,52 @@ _WAIT_S = 0.1
 
 
 class Inbox:
-    """The learner's bounded queue of experience batches, filled by actors' calls.
+    """The learner's queue of experience batches, filled by actors' calls, bounded in
+    sequences.
+
+    A `put` waits while the inbox holds `capacity` sequences or more (so it holds at most
+    `capacity` plus one batch less one).
 
     Args:
-        maxsize: Batches it holds before `put` waits.
+        capacity: Sequences it holds before `put` waits.
     """
 
-    def __init__(self, maxsize: int) -> None:
-        self._queue: queue.Queue[list[Experience]] = queue.Queue(maxsize=maxsize)
-        self._open = threading.Event()
-        self._open.set()
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._batches: deque[list[Experience]] = deque()
+        self._held = 0  # sequences in `_batches`
+        self._changed = threading.Condition()
+        self._open = True
 
     def put(self, items: list[Experience]) -> bool:
         """Adds a batch, waiting for room while the inbox is open; False once closed."""
-        while self._open.is_set():
-            try:
-                self._queue.put(items, timeout=_WAIT_S)
-                return True
-            except queue.Full:
-                continue
-        return False
+        with self._changed:
+            while self._open and self._held >= self._capacity:
+                self._changed.wait(_WAIT_S)
+            if not self._open:
+                return False
+            self._batches.append(items)
+            self._held += len(items)
+            self._changed.notify_all()
+            return True
 
     def get(self, timeout: float) -> list[Experience] | None:
         """The next batch, waiting up to `timeout` seconds (None if there is none)."""
-        try:
-            if timeout <= 0:
-                return self._queue.get_nowait()
-            return self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        with self._changed:
+            if not self._batches and timeout > 0:
+                self._changed.wait_for(lambda: bool(self._batches), timeout)
+            if not self._batches:
+                return None
+            items = self._batches.popleft()
+            self._held -= len(items)
+            self._changed.notify_all()
+            return items
 
     def close(self) -> None:
         """Refuses every waiting and later `put` (the learner stopped)."""
-        self._open.clear()
+        with self._changed:
+            self._open = False
+            self._changed.notify_all()
 
 
 class InboxReceiver(ExperienceReceiver):
@@ -102,27 +120,71 @@ class InboxReceiver(ExperienceReceiver):
 
 
 class ActorCallSender(ExperienceSender):
-    """Actor side: each `send` is one `put_experience` call on the learner's Ray actor.
+    """Actor side: the batches go in `put_experience` calls on the learner's Ray actor,
+    one call in flight at a time (so they arrive in order), pickled into one `bytes`.
 
-    A call stays in flight while the actor goes on acting; the next `send` first waits
-    for it. The send is refused (False) once the learner refuses a batch (it stopped) or
-    is gone, or once `stopped()` is true while waiting.
+    A `send` keeps the items for a later call and returns at once while fewer than
+    `max_pending` items are kept and either less than `min_interval` seconds passed since
+    the previous call or that call is still in flight; otherwise it waits for the call in
+    flight (if any) and sends all the items kept. The send is refused (False) once the
+    learner refused a call (it stopped) or is gone, or once `stopped()` is true while
+    waiting.
 
     Args:
         learner: The learner's Ray actor handle.
         stopped: Whether the run is stopping (the actor's board reporter).
+        max_pending: Items kept before a `send` waits for the call in flight (1: every
+            send waits for the previous call).
+        min_interval: Seconds between two calls while fewer than `max_pending` items are
+            kept (0: a call per send once the previous one is done).
     """
 
-    def __init__(self, learner: Any, stopped: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        learner: Any,
+        stopped: Callable[[], bool],
+        max_pending: int = 1,
+        min_interval: float = 0.0,
+    ) -> None:
         self._learner = learner
         self._stopped = stopped
+        self._max_pending = max(1, int(max_pending))
+        self._min_interval = float(min_interval)
         self._in_flight: Any = None
+        self._last_call = -math.inf
+        self._pending: list[Experience] = []
+        self._refused = False
+        self.calls = 0
+        """`put_experience` calls made."""
 
     def send(self, items: list[Experience], timeout: float | None = None) -> bool:
-        if not self._settle(timeout):
+        if self._refused:
             return False
-        self._in_flight = self._learner.put_experience.remote(items)
+        kept = len(self._pending)
+        self._pending.extend(items)
+        if len(self._pending) < self._max_pending:
+            if time.monotonic() - self._last_call < self._min_interval:
+                return True  # they go with a later call
+            if self._in_flight is not None and not ray.wait([self._in_flight], timeout=0)[0]:
+                return True
+        if self._in_flight is not None:
+            try:
+                accepted = self._settle(timeout)
+            except TimeoutError:
+                del self._pending[kept:]  # not sent: the caller may send them again
+                raise
+            if not accepted:
+                self._pending = []
+                return False
+        self._call()
         return True
+
+    def _call(self) -> None:
+        payload = pickle.dumps(self._pending, protocol=pickle.HIGHEST_PROTOCOL)
+        self._in_flight = self._learner.put_experience.remote(payload)
+        self._last_call = time.monotonic()
+        self._pending = []
+        self.calls += 1
 
     def _settle(self, timeout: float | None) -> bool:
         """Waits for the call in flight; whether the learner accepted it."""
@@ -139,12 +201,27 @@ class ActorCallSender(ExperienceSender):
                     raise TimeoutError(f"the learner took no experience in {timeout} s") from None
                 continue
             except RayActorError:  # the learner is gone: the run is stopping
+                self._refused = True
                 return False
             self._in_flight = None
+            self._refused = not accepted
             return bool(accepted)
 
+    def flush(self) -> bool:
+        """Sends the items kept, after the call in flight (the actor's loop ended normally);
+        False if the run is stopping (they are dropped then)."""
+        if not self._pending or self._refused:
+            return not self._refused
+        if not self._settle(None):
+            self._pending = []
+            return False
+        self._call()
+        return True
+
     def close(self) -> None:
+        """Drops the items kept (the call in flight goes on)."""
         self._in_flight = None
+        self._pending = []
 
 
 class ObjectStorePublisher(WeightsPublisher):

@@ -44,7 +44,18 @@ class RayOptions:
     """Ray scheduling strategy of the actors: "SPREAD" (over the nodes) or "DEFAULT"."""
     inbox_size: int = 64
     """Experience batches (`send_batch_size` sequences each) the learner holds before a
-    sending actor waits: the back-pressure bound."""
+    sending actor waits: the back-pressure bound (the inbox counts sequences, so a call
+    carrying several batches counts as several)."""
+    send_ahead: int = 4
+    """Batches (`send_batch_size` sequences each) an actor gathers while its previous
+    `put_experience` call is in flight, all sent in its next call; with as many gathered,
+    it waits for that call. 1: every send waits for the previous call. An actor is then at
+    most about `2 * send_ahead` batches ahead of what the learner's inbox took."""
+    send_interval: float = 0.02
+    """Seconds between two `put_experience` calls of an actor while it has gathered fewer
+    than `send_ahead` batches (its batches wait for the next call meanwhile): fewer,
+    larger calls (each Ray call costs the actor about a millisecond on a busy machine);
+    0: a call per batch once the previous call is done."""
     report_interval: float = 0.05
     """Seconds between a process's reports to the run's board (counters, stop flag)."""
     start_timeout: float = 300.0
@@ -73,6 +84,13 @@ class RayOptions:
             raise ValueError(f"inbox_size must be an int >= 1, got {self.inbox_size!r}")
         if self.inbox_size < 1:
             raise ValueError(f"inbox_size must be an int >= 1, got {self.inbox_size!r}")
+        if (
+            isinstance(self.send_ahead, bool)
+            or not isinstance(self.send_ahead, int)
+            or self.send_ahead < 1
+        ):
+            raise ValueError(f"send_ahead must be an int >= 1, got {self.send_ahead!r}")
+        _check_number("send_interval", self.send_interval, 0.0, strict=False)
         _check_number("report_interval", self.report_interval, 0.0, strict=True)
         _check_number("start_timeout", self.start_timeout, 0.0, strict=True)
         if self.actor_resources is not None:

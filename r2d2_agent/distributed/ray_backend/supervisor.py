@@ -300,7 +300,7 @@ class RaySupervisor(BackendSupervisor):
             **self._runtime_env(),
         ).remote(
             self._setup("learner", None, True, options.learner_num_gpus == 0),
-            options.inbox_size,
+            options.inbox_size * spec.options.send_batch_size,
         )
         start = LearnerStart(spec, self.limits.nb_trains, self._initial_weights, self.resume)
         worker = _Worker("learner", None, handle)
@@ -351,6 +351,8 @@ class RaySupervisor(BackendSupervisor):
             self._board,
             self._learner.handle,
             options.report_interval,
+            options.send_ahead,
+            options.send_interval,
         )
         self._actors[i] = worker
 

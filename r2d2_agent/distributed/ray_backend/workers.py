@@ -4,7 +4,8 @@ Each worker prepares its process in its constructor (`prepare_process`: GPU hidi
 memory growth before any TensorFlow import, logging, seeds), then `run` builds its role
 from the typed start arguments (`ActorStart`, `LearnerStart`, carried `Deferred`) with
 `wiring`, exactly as the multiprocessing backend does, over the Ray channels. Reports to
-the run's board go every `RayOptions.report_interval` seconds; the reply carries the stop
+the run's board go every `RayOptions.report_interval` seconds without waiting for the
+reply (at most one report in flight); the reply, read at the next report, carries the stop
 flag.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -85,29 +88,74 @@ def _stop_requester(board: Any, who: str):
 
 class _BoardPulse(KeepAliveLiveness):
     """A worker's `Liveness` for the driver's stall watchdog: its reports to the board are
-    its beats; during a declared long operation a keep-alive thread sends heartbeats."""
+    its beats; during a declared long operation a keep-alive thread sends heartbeats.
 
-    def __init__(self, board: Any, who: str, interval: float = 1.0) -> None:
-        super().__init__(interval)
+    A busy section is told to the board only once it lasts: the keep-alive thread, which
+    wakes every `announce_after` seconds, announces it (`set_busy`) when it finds one
+    running, and only an announced section is closed on the board. So the frequent short
+    sections (a send that does not wait) cost no call.
+
+    Args:
+        board: The run's board.
+        who: The worker's name on the board ("learner", "actor <i>").
+        interval: Seconds between heartbeats during a busy section.
+        announce_after: Seconds between the keep-alive thread's looks at the section.
+    """
+
+    def __init__(
+        self, board: Any, who: str, interval: float = 1.0, announce_after: float = 0.1
+    ) -> None:
+        super().__init__(announce_after)
         self._board = board
         self._who = who
+        self._heartbeat_interval = interval
+        self._lock = threading.Lock()
+        self._busy = False  # inside a busy section
+        self._announced = False  # the board was told of it
+        self._last_heartbeat = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_lock")
+        return {**state, "_busy": False, "_announced": False}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def beat(self) -> None:
         """Nothing: the loop's reports to the board, every `report_interval`, are its
         signs of life (a call per env step would cost more than the step)."""
 
     def keep_alive(self) -> None:
-        self._board.heartbeat.remote(self._who)
+        with self._lock:
+            if not self._busy:
+                return
+            now = time.monotonic()
+            if not self._announced:
+                self._announced = True
+                self._last_heartbeat = now
+                self._board.set_busy.remote(self._who, True)  # also a sign of life
+            elif now - self._last_heartbeat >= self._heartbeat_interval:
+                self._last_heartbeat = now
+                self._board.heartbeat.remote(self._who)
 
     def set_busy(self, busy: bool) -> None:
-        self._board.set_busy.remote(self._who, busy)
+        with self._lock:
+            self._busy = busy
+            if not busy and self._announced:
+                self._announced = False
+                self._board.set_busy.remote(self._who, False)
 
 
 class _ActorBoardReporter:
     """`ActorProgress` reporting to the board; also the actor's stop condition.
 
-    It reports every `interval` seconds, and at every step once the run's env steps may
-    have reached `nb_steps` (so the budget is overshot by about one step per actor).
+    It reports every `interval` seconds without waiting: the reply (stop flag, the run's
+    env steps, the latest weights) is taken at the next due report, and a new report goes
+    only once the previous one was answered. Once the run's env steps may have reached
+    `nb_steps` it reports at every step and waits for the reply (so the budget is overshot
+    by about one step per actor).
     """
 
     def __init__(
@@ -134,6 +182,7 @@ class _ActorBoardReporter:
         self._total = 0
         self._stop = False
         self._weights: PublishedWeights | None = None
+        self._in_flight: tuple[Any, int] | None = None  # (reply ref, steps it reported)
 
     def on_steps(self, total_steps: int) -> None:
         self._steps = total_steps
@@ -146,27 +195,51 @@ class _ActorBoardReporter:
         self._episodes += 1
         self._returns.append(float(episode_return))
 
-    def report(self) -> None:
-        """Sends the counts and returns so far; reads the stop flag and the total."""
-        report = ActorReport(self._index, self._steps, self._episodes, tuple(self._returns))
-        reply = ray.get(self._board.actor_report.remote(report))
+    def _send(self) -> None:
+        known = 0 if self._weights is None else self._weights.version
+        report = ActorReport(self._index, self._steps, self._episodes, tuple(self._returns), known)
         self._returns.clear()
-        self._stop = self._stop or reply.stop
-        self._total = reply.total_steps
-        self._weights = reply.weights
-        self._steps_at_report = self._steps
+        self._in_flight = (self._board.actor_report.remote(report), self._steps)
         self._next_report = time.monotonic() + self._interval
 
+    def _take(self, wait: bool) -> bool:
+        """Reads the reply of the report in flight if there (or `wait`); whether none is
+        in flight any more."""
+        if self._in_flight is None:
+            return True
+        ref, steps = self._in_flight
+        if not wait and not ray.wait([ref], timeout=0)[0]:
+            return False
+        reply = ray.get(ref)
+        self._in_flight = None
+        self._stop = self._stop or reply.stop
+        self._total = reply.total_steps
+        if reply.weights is not None:  # newer than the weights known
+            self._weights = reply.weights
+        self._steps_at_report = steps
+        return True
+
+    def report(self) -> None:
+        """Sends the counts and returns so far and waits for the reply (the stop flag, the
+        run's env steps, the latest weights)."""
+        self._take(wait=True)
+        self._send()
+        self._take(wait=True)
+
+    def _refresh(self) -> None:
+        """When a report is due: takes the previous reply if there, and sends a new report
+        once the previous one is answered."""
+        if time.monotonic() >= self._next_report and self._take(wait=False):
+            self._send()
+
     def latest_weights(self) -> PublishedWeights | None:
-        """The latest published weights as of the last report (refreshed when due)."""
-        if time.monotonic() >= self._next_report:
-            self.report()
+        """The latest published weights as of the last reply (refreshed when due)."""
+        self._refresh()
         return self._weights
 
     def stopped(self) -> bool:
-        """The stop flag as of the last report (refreshed when due)."""
-        if time.monotonic() >= self._next_report:
-            self.report()
+        """The stop flag as of the last reply (refreshed when due)."""
+        self._refresh()
         return self._stop
 
     def should_stop(self) -> bool:
@@ -180,21 +253,38 @@ class _ActorBoardReporter:
 
 
 class _LearnerBoardReporter:
-    """`LearnerProgress` reporting to the board every `interval` seconds; keeps the stop
-    flag of the reply."""
+    """`LearnerProgress` reporting to the board every `interval` seconds without waiting;
+    keeps the stop flag of the reply, read at the next due report (a new report goes once
+    the previous one was answered)."""
 
     def __init__(self, board: Any, interval: float) -> None:
         self._board = board
         self._interval = interval
         self._next_report = 0.0
+        self._in_flight: Any = None
         self.stop = False
 
     def on_learner_progress(self, runner: LearnerRunner) -> None:
-        if time.monotonic() >= self._next_report:
-            self.report(runner)
+        if time.monotonic() >= self._next_report and self._take(wait=False):
+            self._send(runner)
+
+    def _take(self, wait: bool) -> bool:
+        """Reads the reply in flight if there (or `wait`); whether none is in flight."""
+        if self._in_flight is None:
+            return True
+        if not wait and not ray.wait([self._in_flight], timeout=0)[0]:
+            return False
+        self.stop = self.stop or ray.get(self._in_flight)
+        self._in_flight = None
+        return True
 
     def report(self, runner: LearnerRunner) -> None:
-        """Sends the runner's counters now."""
+        """Sends the runner's counters now and waits for the reply."""
+        self._take(wait=True)
+        self._send(runner)
+        self._take(wait=True)
+
+    def _send(self, runner: LearnerRunner) -> None:
         loss = runner.metrics.get("loss")
         report = LearnerReport(
             updates=runner.updates,
@@ -203,7 +293,7 @@ class _LearnerBoardReporter:
             version=runner.version,
             loss=math.nan if loss is None else float(loss),
         )
-        self.stop = self.stop or ray.get(self._board.learner_report.remote(report))
+        self._in_flight = self._board.learner_report.remote(report)
         self._next_report = time.monotonic() + self._interval
 
     def should_stop(self) -> bool:
@@ -225,7 +315,13 @@ class ActorWorker:
         return _place()
 
     def run(
-        self, start: Deferred[ActorStart], board: Any, learner: Any, interval: float
+        self,
+        start: Deferred[ActorStart],
+        board: Any,
+        learner: Any,
+        interval: float,
+        send_ahead: int = 1,
+        send_interval: float = 0.0,
     ) -> ActorSummary:
         """Acts until the board's stop flag or the env-step budget; returns its summary.
 
@@ -234,6 +330,10 @@ class ActorWorker:
             board: The run's board.
             learner: The learner's Ray actor (experience goes to its `put_experience`).
             interval: Seconds between reports to the board.
+            send_ahead: Batches of `send_batch_size` sequences it gathers while its
+                previous `put_experience` call is in flight (`RayOptions.send_ahead`).
+            send_interval: Seconds between its calls while it gathers fewer
+                (`RayOptions.send_interval`).
         """
         actor = start.load()
         spec = actor.spec
@@ -250,7 +350,12 @@ class ActorWorker:
                 interval=interval,
             )
             env = make_actor_envs(spec)
-            sender = ActorCallSender(learner, reporter.stopped)
+            sender = ActorCallSender(
+                learner,
+                reporter.stopped,
+                send_ahead * spec.options.send_batch_size,
+                send_interval,
+            )
             subscriber = ObjectStoreSubscriber(reporter.latest_weights)
             runner = make_actor_runner(
                 actor,
@@ -265,6 +370,7 @@ class ActorWorker:
         bind_stop_requester(spec.callbacks, _stop_requester(board, f"actor {actor.index}"))
         try:
             runner.run(reporter.should_stop)
+            sender.flush()  # the items it kept
         finally:
             env.close()
             subscriber.close()
@@ -279,19 +385,21 @@ class LearnerWorker:
 
     Args:
         setup: How its process prepares itself.
-        inbox_size: Experience batches it holds before a sending actor waits.
+        inbox_capacity: Sequences it holds before a sending actor waits.
     """
 
-    def __init__(self, setup: ChildSetup, inbox_size: int) -> None:
+    def __init__(self, setup: ChildSetup, inbox_capacity: int) -> None:
         prepare_process(setup)
-        self._inbox = Inbox(inbox_size)
+        self._inbox = Inbox(inbox_capacity)
 
     def place(self) -> WorkerPlace:
         """Where this worker runs (the driver waits on it to know the worker started)."""
         return _place()
 
-    def put_experience(self, items: list[Experience]) -> bool:
-        """An actor's batch; waits for room; False once the learner stopped."""
+    def put_experience(self, payload: bytes) -> bool:
+        """An actor's items (a pickled `list[Experience]`); waits for room; False once the
+        learner stopped."""
+        items: list[Experience] = pickle.loads(payload)
         return self._inbox.put(items)
 
     def run(self, start: Deferred[LearnerStart], board: Any, interval: float) -> LearnerOutcome:
