@@ -399,7 +399,9 @@ class LearnerWorker:
     def put_experience(self, payload: bytes) -> bool:
         """An actor's items (a pickled `list[Experience]`); waits for room; False once the
         learner stopped."""
-        items: list[Experience] = pickle.loads(payload)
+        items = pickle.loads(payload)
+        if not isinstance(items, list) or not all(isinstance(i, Experience) for i in items):
+            raise TypeError(f"put_experience takes a pickled list of Experience, got {items!r:.80}")
         return self._inbox.put(items)
 
     def run(self, start: Deferred[LearnerStart], board: Any, interval: float) -> LearnerOutcome:
