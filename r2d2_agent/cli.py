@@ -226,17 +226,31 @@ def _env_fields(env: Any, atari: bool) -> dict[str, Any]:
     return fields
 
 
-def _preset(name: str, env_fields: dict[str, Any]) -> R2D2Config:
+def _preset(name: str, env_fields: dict[str, Any], memory_span: int | None = None) -> R2D2Config:
     """The preset `name`, given the env's fields its function requires (`memory_config`
-    takes the observation shape and the action count)."""
+    takes the observation shape and the action count) and `--memory-span`."""
     function = PRESETS[name]
+    parameters = inspect.signature(function).parameters
     required = {
         parameter.name
-        for parameter in inspect.signature(function).parameters.values()
+        for parameter in parameters.values()
         if parameter.default is inspect.Parameter.empty
         and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
     }
-    return function(**{field: env_fields[field] for field in required})
+    extra: dict[str, Any] = {}
+    if memory_span is not None:
+        if "memory_span" not in parameters:
+            takes = sorted(
+                n for n, f in PRESETS.items() if "memory_span" in inspect.signature(f).parameters
+            )
+            raise UsageError(
+                f"--memory-span is for the presets {', '.join(takes)}, not --preset {name}"
+            )
+        extra["memory_span"] = memory_span
+    try:
+        return function(**{field: env_fields[field] for field in required}, **extra)
+    except ValueError as exc:
+        raise UsageError(f"--preset {name}: {exc}") from exc
 
 
 def _fit_replay(config: R2D2Config, explicit: bool, notes: list[str]) -> R2D2Config:
@@ -302,7 +316,9 @@ def plan_run(args: argparse.Namespace) -> TrainPlan:
         threshold = getattr(probe.spec, "reward_threshold", None)
     finally:
         probe.close()
-    base = _preset(args.preset, from_env) if args.preset else None
+    if args.memory_span is not None and not args.preset:
+        raise UsageError("--memory-span goes with --preset memory")
+    base = _preset(args.preset, from_env, args.memory_span) if args.preset else None
     from_env = {k: v for k, v in from_env.items() if k not in file_values and k not in overrides}
     values = dataclasses.asdict(base) if base else {}
     values.update(file_values)
@@ -515,6 +531,12 @@ def build_parser() -> argparse.ArgumentParser:
     config = parser.add_argument_group("configuration")
     config.add_argument(
         "--preset", help=f"a preset of r2d2_agent.presets: {', '.join(sorted(PRESETS))}"
+    )
+    config.add_argument(
+        "--memory-span",
+        type=int,
+        help="with --preset memory: env steps from an observation to the action that needs "
+        "it (sets the trained window; default 15)",
     )
     config.add_argument("--config", help="a TOML or YAML file of R2D2Config fields")
     config.add_argument(

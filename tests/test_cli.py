@@ -19,7 +19,7 @@ import pytest
 import tomllib
 
 from r2d2_agent import InputType, R2D2Agent
-from r2d2_agent.cli import build_parser, main, plan_run
+from r2d2_agent.cli import UsageError, build_parser, main, plan_run
 from r2d2_agent.presets import cartpole_config, memory_config
 from r2d2_agent.runlog import read_run
 
@@ -53,6 +53,25 @@ def test_the_env_decides_the_spaces_over_the_preset():
 def test_a_preset_that_takes_the_task_is_given_the_envs_spaces():
     config = _plan("Acrobot-v1", "--preset", "memory").config
     assert config == memory_config(input_shape=(6,), nb_actions=3, seed=0)
+
+
+def test_memory_span_sets_the_memory_presets_window():
+    config = _plan("Acrobot-v1", "--preset", "memory", "--memory-span", "20").config
+    assert config == memory_config(input_shape=(6,), nb_actions=3, memory_span=20, seed=0)
+    assert (config.input_length, config.train_interval) == (32, 8)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--memory-span", "20"], "--memory-span goes with --preset memory"),
+        (["--preset", "cartpole", "--memory-span", "20"], "not --preset cartpole"),
+        (["--preset", "memory", "--memory-span", "-2"], "got -2"),
+    ],
+)
+def test_memory_span_elsewhere_or_negative_is_a_usage_error(args, message):
+    with pytest.raises(UsageError, match=message):
+        _plan("Acrobot-v1", *args)
 
 
 @pytest.mark.parametrize("suffix", [".toml", ".yaml"])

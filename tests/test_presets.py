@@ -153,3 +153,54 @@ def test_the_quickstarts_explicit_config_is_the_preset_it_names():
     named = re.search(r"# or: .*config = (\w+_config\(.*?\))", _quickstart())
     assert named, "the quickstart should name its preset: # or: ... config = <preset>(...)"
     assert explicit == eval(named.group(1), vars(presets))
+
+
+# memory_config's memory span ---------------------------------------------------------------
+
+WINDOWS = [
+    # (memory span in env steps, trained window, env steps per update)
+    (0, 16, 4),
+    (4, 16, 4),
+    (15, 16, 4),  # 16 steps hold the observation and the step 15 later
+    (16, 32, 8),
+    (20, 32, 8),
+    (31, 32, 8),
+    (32, 64, 16),
+    (50, 64, 16),
+    (100, 128, 32),
+]
+
+
+@pytest.mark.parametrize(("span", "length", "interval"), WINDOWS)
+def test_memory_window_covers_the_span_with_the_same_trained_steps_per_env_step(
+    span, length, interval
+):
+    window = presets.memory_window(span)
+    assert window == {"input_length": length, "train_interval": interval}
+    assert window["input_length"] >= span + 1
+    # batch_size * input_length / train_interval trained steps per env step, as with 16 / 4
+    assert window["input_length"] / window["train_interval"] == 16 / 4
+
+
+@pytest.mark.parametrize("span", [-1, 2.5, "20", True, None])
+def test_memory_window_names_a_bad_span(span):
+    with pytest.raises(ValueError, match=re.escape(f"got {span!r}")):
+        presets.memory_window(span)
+
+
+def test_memory_config_takes_the_window_of_its_memory_span():
+    config = presets.memory_config((3,), 2, memory_span=20)
+    assert (config.input_length, config.train_interval) == (32, 8)
+    default = presets.memory_config((3,), 2)
+    assert default.input_length == 16 and default.train_interval == 4
+    assert presets.DEFAULT_MEMORY_SPAN == 15
+
+
+def test_memory_config_overrides_win_over_the_memory_span():
+    config = presets.memory_config((3,), 2, memory_span=50, input_length=40)
+    assert (config.input_length, config.train_interval) == (40, 16)
+
+
+def test_memory_config_names_a_bad_memory_span():
+    with pytest.raises(ValueError, match="memory_span"):
+        presets.memory_config((3,), 2, memory_span=-3)

@@ -397,14 +397,23 @@ def test_a_distributed_run_brings_the_actors_rewards_into_the_weights(no_leftove
 # The preset ----------------------------------------------------------------------------
 
 
-def test_memory_config_is_the_masked_cartpole_preset_with_normalised_one_step_rewards():
+def test_memory_config_is_the_masked_cartpole_preset_with_the_memory_suites_changes():
     config = memory_config(input_shape=(7,), nb_actions=4, lstm_units=32)
     masked = masked_cartpole_config()
     assert (config.input_shape, config.nb_actions, config.lstm_units) == ((7,), 4, 32)
     assert config.normalize_rewards and config.multisteps == 1
+    assert not config.enable_rescaling and config.gamma == 0.95
     assert config.adam_epsilon == 1e-3
-    unchanged = {"input_shape", "nb_actions", "lstm_units", "normalize_rewards", "multisteps"}
+    changed = {
+        "input_shape",
+        "nb_actions",
+        "lstm_units",
+        "normalize_rewards",
+        "multisteps",
+        "enable_rescaling",
+        "gamma",
+    }
     for name in masked.to_dict():
-        if name not in unchanged:
+        if name not in changed:
             assert getattr(config, name) == getattr(masked, name), name
     assert isinstance(config, R2D2Config)
