@@ -27,14 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from r2d2_agent.math import (
-    merge_reward_moments,
-    n_step_returns,
-    n_step_targets,
-    reward_scale,
-    sequence_priorities,
-    td_errors,
-)
+from r2d2_agent.math import inverse_rescale, merge_reward_moments, rescale, reward_scale
 from r2d2_agent.replay.layout import SequenceLayout
 
 __all__ = ["FRAME_ID_MODULUS", "SequenceAdder", "SequenceRecord", "Sink"]
@@ -148,6 +141,12 @@ class SequenceAdder:
         self._next_id = 0  # id of the next frame given to the adder
         self._episode_first_id = 0  # id of this episode's s_0
         self._sent_upto = -1  # highest frame id already carried by a record
+        # _emit's constants: an index range and gamma**k (as n_step_returns computes it)
+        self._arange = np.arange(
+            max(layout.frames_per_sequence, layout.input_length + layout.multisteps),
+            dtype=np.int64,
+        )
+        self._gamma_powers = [self._gamma**i for i in range(layout.multisteps)]
 
     @property
     def buffer_length(self) -> int:
@@ -282,6 +281,11 @@ class SequenceAdder:
 
         `end` is `E` (index of the final observation) once the episode is
         over, else `None` (then the look-ahead is complete).
+
+        The arithmetic is that of `n_step_returns`, `n_step_targets`, `td_errors` and
+        `sequence_priorities` (the same numpy operations in the same order, so the same
+        bits), without their argument checks and with the index arithmetic as slices:
+        this runs once per `period` env steps of every env.
         """
         layout = self.layout
         b, length, n = layout.burnin, layout.input_length, layout.multisteps
@@ -291,15 +295,18 @@ class SequenceAdder:
         seq = {k: np.zeros(shape, dtype) for k, (shape, dtype) in self._spec.items()}
         # Frames: observation p (episode step j = start - b + p) stacks the frames of steps
         # j - S + 1 .. j; frame list entry i is the frame of step start - b - S + 1 + i.
+        # The visible entries (0 <= step <= last) are one contiguous run.
         first_step = start - b - stack + 1
-        frame_steps = first_step + np.arange(layout.frames_per_sequence)
-        visible = (frame_steps >= 0) & (frame_steps <= last)
-        ids = (self._episode_first_id + frame_steps) % FRAME_ID_MODULUS
-        seq["frame_ids"][:] = np.where(visible, ids, -1)
-        obs_steps = start - b + np.arange(layout.sequence_length)
-        seq["obs_mask"][:] = (obs_steps >= 0) & (obs_steps <= last)
-        seq["burnin_mask"][:] = np.arange(start - b, start) >= 0
+        frame_ids = seq["frame_ids"]
+        lo, hi = max(-first_step, 0), min(layout.frames_per_sequence, last - first_step + 1)
+        frame_ids.fill(-1)
+        if lo < hi:
+            first_id = self._episode_first_id + first_step
+            frame_ids[lo:hi] = (first_id + self._arange[lo:hi]) % FRAME_ID_MODULUS
+        seq["obs_mask"][max(b - start, 0) : max(last - start + b + 1, 0)] = 1.0
+        seq["burnin_mask"][max(b - start, 0) :] = 1.0
         if layout.prev_action_reward:
+            obs_steps = range(start - b, start - b + layout.sequence_length)
             previous = [j - 1 for j in obs_steps]
             real = [1 <= j <= last for j in obs_steps]
             seq["prev_actions"][:] = [
@@ -310,34 +317,49 @@ class SequenceAdder:
             ]
         seq["state"][:] = steps[max(start - b, 0) - base].state
         seg_end = start + length + n - 1 if end is None else min(start + length + n - 1, end)
-        rewards = [steps[t - base].reward for t in range(start, seg_end)]
+        size = seg_end - start
+        window = [steps[t - base] for t in range(start, seg_end)]
         reaches_end = end is not None and seg_end == end
-        g, disc, k = n_step_returns(
-            rewards, reaches_end and terminated, reaches_end and not terminated, self._gamma, n
-        )
-        real = min(length, seg_end - start)
-        idx = np.arange(length)
-        seq["actions"][:real] = [steps[t - base].action for t in range(start, start + real)]
+        # n_step_returns(rewards, reaches_end and terminated, ..., gamma, n):
+        r = np.array([step.reward for step in window], dtype=np.float64)
+        k = np.minimum(n, size - self._arange[:size])
+        g = np.zeros(size, dtype=np.float64)
+        for i in range(min(n, size)):
+            g[: size - i] += self._gamma_powers[i] * r[i:]
+        disc = np.power(self._gamma, k)
+        if reaches_end and terminated:
+            disc[size - k == self._arange[:size]] = 0.0
+        real = min(length, size)
+        actions = [step.action for step in window[:real]]
+        seq["actions"][:real] = actions
         seq["returns"][:real] = g[:real]
         seq["bootstrap_discount"][:real] = disc[:real]
-        seq["bootstrap_index"][:] = idx + np.pad(k[:real], (0, length - real))
+        boot = self._arange[:length].copy()
+        boot[:real] += k[:real]
+        seq["bootstrap_index"][:] = boot
         seq["mask"][:real] = 1.0
         new_count, new_sum_square = self._take_new_rewards()
         if self._normalize:
             g = g / self.reward_scale
-        # Initial priority from the acting Q-values (online == target).
-        q_boot = np.stack([steps[t - base].q for t in start + seq["bootstrap_index"][:real]])
-        q_now = np.stack([steps[t - base].q for t in range(start, start + real)])
-        q_taken = q_now[np.arange(real), seq["actions"][:real]]
-        y = n_step_targets(
-            g[:real],
-            disc[:real],
-            q_boot,
-            q_boot,
-            double_q=self._double_q,
-            rescaling=self._rescaling,
-        )
-        priority = sequence_priorities(td_errors(y, q_taken), np.ones(real), self._eta)
+        # Initial priority from the acting Q-values (online == target): n_step_targets.
+        q_boot = np.array([steps[t - base].q for t in (start + boot[:real]).tolist()])
+        q_now = np.array([step.q for step in window[:real]])
+        rows = self._arange[:real]
+        q_taken = q_now[rows, seq["actions"][:real]]
+        if self._double_q:
+            q_next = q_boot[rows, np.argmax(q_boot, axis=-1)]
+        else:
+            q_next = np.max(q_boot, axis=-1)
+        if self._rescaling:
+            q_next = inverse_rescale(q_next)
+        disc = disc[:real]
+        with np.errstate(invalid="ignore"):
+            y = g[:real] + np.where(disc != 0.0, disc * q_next, 0.0)
+        if self._rescaling:
+            y = rescale(y)
+        # sequence_priorities(td_errors(y, q_taken), ones(real), eta), every step valid:
+        d = np.abs(y - q_taken)
+        priority = self._eta * d.max(initial=0.0) + (1.0 - self._eta) * (d.sum() / real)
         newest = self._episode_first_id + min(start + length + n - 1, last)
         self._sink(self._record(seq, float(priority), newest, new_count, new_sum_square))
 
