@@ -21,13 +21,14 @@ of squares of the rewards added since the previous record (`reward_count`,
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from r2d2_agent.math import inverse_rescale, merge_reward_moments, rescale, reward_scale
+from r2d2_agent.math import RESCALE_EPS, merge_reward_moments, reward_scale
 from r2d2_agent.replay.layout import SequenceLayout
 
 __all__ = ["FRAME_ID_MODULUS", "SequenceAdder", "SequenceRecord", "Sink"]
@@ -76,6 +77,41 @@ class _Step:
         self.q: np.ndarray | None = None
         self.action = 0
         self.reward = 0.0
+
+
+def _argmax(row: list[float]) -> int:
+    """`np.argmax` of a list: the first maximum, or the first NaN if there is one."""
+    best, top = 0, row[0]
+    if top != top:
+        return 0
+    for i in range(1, len(row)):
+        value = row[i]
+        if value > top:
+            best, top = i, value
+        elif value != value:
+            return i
+    return best
+
+
+def _sign(x: float) -> float:
+    """`np.sign` of a float: 1.0, -1.0, 0.0 for both zeros, NaN for NaN."""
+    return 1.0 if x > 0.0 else -1.0 if x < 0.0 else 0.0 if x == 0.0 else x
+
+
+def _rescale(x: float) -> float:
+    """`r2d2_agent.math.rescale` of one float64, the same operations in the same order."""
+    a = abs(x)
+    return _sign(x) * (a / (math.sqrt(a + 1) + 1)) + RESCALE_EPS * x
+
+
+def _inverse_rescale(x: float) -> float:
+    """`r2d2_agent.math.inverse_rescale` of one float64, the same operations in the same
+    order."""
+    eps = RESCALE_EPS
+    a = abs(x)
+    b = 1 + 2 * eps
+    d = 2 * a / (b + math.sqrt(b * b + 4 * eps * a))
+    return _sign(x) * d * (d + 2)
 
 
 class SequenceAdder:
@@ -141,12 +177,12 @@ class SequenceAdder:
         self._next_id = 0  # id of the next frame given to the adder
         self._episode_first_id = 0  # id of this episode's s_0
         self._sent_upto = -1  # highest frame id already carried by a record
-        # _emit's constants: an index range and gamma**k (as n_step_returns computes it)
-        self._arange = np.arange(
-            max(layout.frames_per_sequence, layout.input_length + layout.multisteps),
-            dtype=np.int64,
-        )
+        # _emit's constants: an index range, gamma**i as n_step_returns computes it
+        self._arange = np.arange(layout.frames_per_sequence, dtype=np.int64)
         self._gamma_powers = [self._gamma**i for i in range(layout.multisteps)]
+        self._bootstrap_cache: dict[
+            tuple[int, bool], tuple[list[int], np.ndarray, list[float], np.ndarray]
+        ] = {}
 
     @property
     def buffer_length(self) -> int:
@@ -283,9 +319,11 @@ class SequenceAdder:
         over, else `None` (then the look-ahead is complete).
 
         The arithmetic is that of `n_step_returns`, `n_step_targets`, `td_errors` and
-        `sequence_priorities` (the same numpy operations in the same order, so the same
-        bits), without their argument checks and with the index arithmetic as slices:
-        this runs once per `period` env steps of every env.
+        `sequence_priorities`, the same float64 operations in the same order (so the same
+        bits, NaN and infinities included), but on Python floats one step at a time and
+        with the index arithmetic as slices and cached offsets: this runs once per
+        `period` env steps of every env, where a few dozen numpy calls on arrays of
+        `input_length` elements cost more than the env step.
         """
         layout = self.layout
         b, length, n = layout.burnin, layout.input_length, layout.multisteps
@@ -319,49 +357,72 @@ class SequenceAdder:
         seg_end = start + length + n - 1 if end is None else min(start + length + n - 1, end)
         size = seg_end - start
         window = [steps[t - base] for t in range(start, seg_end)]
-        reaches_end = end is not None and seg_end == end
-        # n_step_returns(rewards, reaches_end and terminated, ..., gamma, n):
-        r = np.array([step.reward for step in window], dtype=np.float64)
-        k = np.minimum(n, size - self._arange[:size])
-        g = np.zeros(size, dtype=np.float64)
-        for i in range(min(n, size)):
-            g[: size - i] += self._gamma_powers[i] * r[i:]
-        disc = np.power(self._gamma, k)
-        if reaches_end and terminated:
-            disc[size - k == self._arange[:size]] = 0.0
+        k, disc, disc_list, boot = self._bootstrap(
+            size, end is not None and seg_end == end and terminated
+        )
         real = min(length, size)
+        # n_step_returns: g_t = sum_{i < k_t} gamma^i r_{t+i}, added up oldest first
+        rewards = [step.reward for step in window]
+        powers = self._gamma_powers
+        g = []
+        for t in range(real):
+            acc = 0.0
+            for i in range(k[t]):
+                acc += powers[i] * rewards[t + i]
+            g.append(acc)
         actions = [step.action for step in window[:real]]
         seq["actions"][:real] = actions
-        seq["returns"][:real] = g[:real]
+        seq["returns"][:real] = g
         seq["bootstrap_discount"][:real] = disc[:real]
-        boot = self._arange[:length].copy()
-        boot[:real] += k[:real]
         seq["bootstrap_index"][:] = boot
         seq["mask"][:real] = 1.0
         new_count, new_sum_square = self._take_new_rewards()
         if self._normalize:
-            g = g / self.reward_scale
-        # Initial priority from the acting Q-values (online == target): n_step_targets.
-        q_boot = np.array([steps[t - base].q for t in (start + boot[:real]).tolist()])
-        q_now = np.array([step.q for step in window[:real]])
-        rows = self._arange[:real]
-        q_taken = q_now[rows, seq["actions"][:real]]
-        if self._double_q:
-            q_next = q_boot[rows, np.argmax(q_boot, axis=-1)]
-        else:
-            q_next = np.max(q_boot, axis=-1)
-        if self._rescaling:
-            q_next = inverse_rescale(q_next)
-        disc = disc[:real]
-        with np.errstate(invalid="ignore"):
-            y = g[:real] + np.where(disc != 0.0, disc * q_next, 0.0)
-        if self._rescaling:
-            y = rescale(y)
-        # sequence_priorities(td_errors(y, q_taken), ones(real), eta), every step valid:
-        d = np.abs(y - q_taken)
+            scale = self.reward_scale
+            g = [x / scale for x in g]
+        # Initial priority from the acting Q-values (online == target, so the double-Q
+        # bootstrap and the max are one value), as n_step_targets, td_errors and
+        # sequence_priorities compute it, one step at a time in Python floats.
+        q = np.array(
+            [step.q for step in window[:real]]
+            + [steps[start + t + k[t] - base].q for t in range(real)]
+        ).tolist()
+        td = []
+        for t in range(real):
+            q_boot = q[real + t]
+            q_next = q_boot[_argmax(q_boot)]
+            if self._rescaling:
+                q_next = _inverse_rescale(q_next)
+            y = g[t] + (disc_list[t] * q_next if disc_list[t] != 0.0 else 0.0)
+            if self._rescaling:
+                y = _rescale(y)
+            td.append(abs(y - q[t][actions[t]]))
+        d = np.array(td)
         priority = self._eta * d.max(initial=0.0) + (1.0 - self._eta) * (d.sum() / real)
         newest = self._episode_first_id + min(start + length + n - 1, last)
         self._sink(self._record(seq, float(priority), newest, new_count, new_sum_square))
+
+    def _bootstrap(
+        self, size: int, terminal: bool
+    ) -> tuple[list[int], np.ndarray, list[float], np.ndarray]:
+        """`n_step_returns`' bootstrap offsets `k` and discounts of a segment of `size`
+        steps (`terminal`: it ends in a termination), and the window's `bootstrap_index`
+        field; computed once per `(size, terminal)` (read only)."""
+        cached = self._bootstrap_cache.get((size, terminal))
+        if cached is None:
+            layout = self.layout
+            length, n = layout.input_length, layout.multisteps
+            offsets = np.arange(size, dtype=np.int64)
+            k = np.minimum(n, size - offsets)
+            disc = np.power(self._gamma, k).astype(np.float64)
+            if terminal:
+                disc[offsets + k == size] = 0.0
+            real = min(length, size)
+            boot = np.arange(length, dtype=np.int64)
+            boot[:real] += k[:real]
+            cached = (k.tolist(), disc, disc.tolist(), boot)
+            self._bootstrap_cache[size, terminal] = cached
+        return cached
 
     def _take_new_rewards(self) -> tuple[int, float]:
         """The moments of the rewards added since the last record (zeroed), merged into
