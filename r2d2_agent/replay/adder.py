@@ -450,7 +450,7 @@ class SequenceAdder:
         offset = first - self._episode_first_id - self._base  # index in self._steps
         frames = [self._steps[offset + i].frame for i in range(count)]
         frames_array = (
-            np.stack(frames)
+            np.array(frames)  # np.stack's result, without its Python-level work
             if frames
             else np.zeros((0, *self.layout.frame_shape), self.layout.frame_dtype)
         )
