@@ -286,12 +286,11 @@ class R2D2VectorActor:
         stacked = np.array([tuple(actor._frames) for actor in actors])
         state = np.array([actor._state[0] for actor in actors])
         if self.config.enable_prev_action_reward:
-            inputs = [actor.policy_inputs() for actor in actors]
             q, next_state = self.policy.step(
                 stacked,
                 state,
-                np.array([x[2] for x in inputs], np.int32),
-                np.array([x[3] for x in inputs], np.float32),
+                np.array([actor._prev_action for actor in actors], np.int32),
+                np.array([actor._prev_reward_input() for actor in actors], np.float32),
             )
         else:
             q, next_state = self.policy.step(stacked, state)
