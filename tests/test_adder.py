@@ -633,3 +633,23 @@ def test_stacked_observations_are_the_actors_stacks(stack):
             else:
                 want = [0.0] * stack
             np.testing.assert_array_equal(seq["obs"][p, :, 0], want, err_msg=f"q={q} p={p}")
+
+
+def test_scalar_math_matches_the_numpy_functions_bit_for_bit() -> None:
+    """The adder's per-float rescaling and argmax give numpy's bits (NaN, inf, ±0 too)."""
+    from r2d2_agent.math import inverse_rescale, rescale
+    from r2d2_agent.replay.adder import _argmax, _inverse_rescale, _rescale
+
+    rng = np.random.default_rng(0)
+    special = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-300, -1e300, 1.0, -1.0]
+    values = np.concatenate([rng.normal(size=2000) * 10.0 ** rng.integers(-8, 9, 2000), special])
+    for scalar, vector in ((_rescale, rescale), (_inverse_rescale, inverse_rescale)):
+        got = np.array([scalar(x) for x in values.tolist()])
+        with np.errstate(invalid="ignore"):
+            want = vector(values)
+        same = (got.view(np.int64) == want.view(np.int64)) | (np.isnan(got) & np.isnan(want))
+        assert same.all(), values[~same]
+    rows = rng.integers(-2, 3, (500, 4)).astype(np.float64)
+    rows[rng.random(rows.shape) < 0.05] = np.nan
+    for row in rows:
+        assert _argmax(row.tolist()) == np.argmax(row)

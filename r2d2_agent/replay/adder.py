@@ -21,20 +21,14 @@ of squares of the rewards added since the previous record (`reward_count`,
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from r2d2_agent.math import (
-    merge_reward_moments,
-    n_step_returns,
-    n_step_targets,
-    reward_scale,
-    sequence_priorities,
-    td_errors,
-)
+from r2d2_agent.math import RESCALE_EPS, merge_reward_moments, reward_scale
 from r2d2_agent.replay.layout import SequenceLayout
 
 __all__ = ["FRAME_ID_MODULUS", "SequenceAdder", "SequenceRecord", "Sink"]
@@ -83,6 +77,41 @@ class _Step:
         self.q: np.ndarray | None = None
         self.action = 0
         self.reward = 0.0
+
+
+def _argmax(row: list[float]) -> int:
+    """`np.argmax` of a list: the first maximum, or the first NaN if there is one."""
+    best, top = 0, row[0]
+    if top != top:
+        return 0
+    for i in range(1, len(row)):
+        value = row[i]
+        if value > top:
+            best, top = i, value
+        elif value != value:
+            return i
+    return best
+
+
+def _sign(x: float) -> float:
+    """`np.sign` of a float: 1.0, -1.0, 0.0 for both zeros, NaN for NaN."""
+    return 1.0 if x > 0.0 else -1.0 if x < 0.0 else 0.0 if x == 0.0 else x
+
+
+def _rescale(x: float) -> float:
+    """`r2d2_agent.math.rescale` of one float64, the same operations in the same order."""
+    a = abs(x)
+    return _sign(x) * (a / (math.sqrt(a + 1) + 1)) + RESCALE_EPS * x
+
+
+def _inverse_rescale(x: float) -> float:
+    """`r2d2_agent.math.inverse_rescale` of one float64, the same operations in the same
+    order."""
+    eps = RESCALE_EPS
+    a = abs(x)
+    b = 1 + 2 * eps
+    d = 2 * a / (b + math.sqrt(b * b + 4 * eps * a))
+    return _sign(x) * d * (d + 2)
 
 
 class SequenceAdder:
@@ -148,6 +177,12 @@ class SequenceAdder:
         self._next_id = 0  # id of the next frame given to the adder
         self._episode_first_id = 0  # id of this episode's s_0
         self._sent_upto = -1  # highest frame id already carried by a record
+        # _emit's constants: an index range, gamma**i as n_step_returns computes it
+        self._arange = np.arange(layout.frames_per_sequence, dtype=np.int64)
+        self._gamma_powers = [self._gamma**i for i in range(layout.multisteps)]
+        self._bootstrap_cache: dict[
+            tuple[int, bool], tuple[list[int], np.ndarray, list[float], np.ndarray]
+        ] = {}
 
     @property
     def buffer_length(self) -> int:
@@ -282,6 +317,13 @@ class SequenceAdder:
 
         `end` is `E` (index of the final observation) once the episode is
         over, else `None` (then the look-ahead is complete).
+
+        The arithmetic is that of `n_step_returns`, `n_step_targets`, `td_errors` and
+        `sequence_priorities`, the same float64 operations in the same order (so the same
+        bits, NaN and infinities included), but on Python floats one step at a time and
+        with the index arithmetic as slices and cached offsets: this runs once per
+        `period` env steps of every env, where a few dozen numpy calls on arrays of
+        `input_length` elements cost more than the env step.
         """
         layout = self.layout
         b, length, n = layout.burnin, layout.input_length, layout.multisteps
@@ -291,15 +333,18 @@ class SequenceAdder:
         seq = {k: np.zeros(shape, dtype) for k, (shape, dtype) in self._spec.items()}
         # Frames: observation p (episode step j = start - b + p) stacks the frames of steps
         # j - S + 1 .. j; frame list entry i is the frame of step start - b - S + 1 + i.
+        # The visible entries (0 <= step <= last) are one contiguous run.
         first_step = start - b - stack + 1
-        frame_steps = first_step + np.arange(layout.frames_per_sequence)
-        visible = (frame_steps >= 0) & (frame_steps <= last)
-        ids = (self._episode_first_id + frame_steps) % FRAME_ID_MODULUS
-        seq["frame_ids"][:] = np.where(visible, ids, -1)
-        obs_steps = start - b + np.arange(layout.sequence_length)
-        seq["obs_mask"][:] = (obs_steps >= 0) & (obs_steps <= last)
-        seq["burnin_mask"][:] = np.arange(start - b, start) >= 0
+        frame_ids = seq["frame_ids"]
+        lo, hi = max(-first_step, 0), min(layout.frames_per_sequence, last - first_step + 1)
+        frame_ids.fill(-1)
+        if lo < hi:
+            first_id = self._episode_first_id + first_step
+            frame_ids[lo:hi] = (first_id + self._arange[lo:hi]) % FRAME_ID_MODULUS
+        seq["obs_mask"][max(b - start, 0) : max(last - start + b + 1, 0)] = 1.0
+        seq["burnin_mask"][max(b - start, 0) :] = 1.0
         if layout.prev_action_reward:
+            obs_steps = range(start - b, start - b + layout.sequence_length)
             previous = [j - 1 for j in obs_steps]
             real = [1 <= j <= last for j in obs_steps]
             seq["prev_actions"][:] = [
@@ -310,36 +355,74 @@ class SequenceAdder:
             ]
         seq["state"][:] = steps[max(start - b, 0) - base].state
         seg_end = start + length + n - 1 if end is None else min(start + length + n - 1, end)
-        rewards = [steps[t - base].reward for t in range(start, seg_end)]
-        reaches_end = end is not None and seg_end == end
-        g, disc, k = n_step_returns(
-            rewards, reaches_end and terminated, reaches_end and not terminated, self._gamma, n
+        size = seg_end - start
+        window = [steps[t - base] for t in range(start, seg_end)]
+        k, disc, disc_list, boot = self._bootstrap(
+            size, end is not None and seg_end == end and terminated
         )
-        real = min(length, seg_end - start)
-        idx = np.arange(length)
-        seq["actions"][:real] = [steps[t - base].action for t in range(start, start + real)]
-        seq["returns"][:real] = g[:real]
+        real = min(length, size)
+        # n_step_returns: g_t = sum_{i < k_t} gamma^i r_{t+i}, added up oldest first
+        rewards = [step.reward for step in window]
+        powers = self._gamma_powers
+        g = []
+        for t in range(real):
+            acc = 0.0
+            for i in range(k[t]):
+                acc += powers[i] * rewards[t + i]
+            g.append(acc)
+        actions = [step.action for step in window[:real]]
+        seq["actions"][:real] = actions
+        seq["returns"][:real] = g
         seq["bootstrap_discount"][:real] = disc[:real]
-        seq["bootstrap_index"][:] = idx + np.pad(k[:real], (0, length - real))
+        seq["bootstrap_index"][:] = boot
         seq["mask"][:real] = 1.0
         new_count, new_sum_square = self._take_new_rewards()
         if self._normalize:
-            g = g / self.reward_scale
-        # Initial priority from the acting Q-values (online == target).
-        q_boot = np.stack([steps[t - base].q for t in start + seq["bootstrap_index"][:real]])
-        q_now = np.stack([steps[t - base].q for t in range(start, start + real)])
-        q_taken = q_now[np.arange(real), seq["actions"][:real]]
-        y = n_step_targets(
-            g[:real],
-            disc[:real],
-            q_boot,
-            q_boot,
-            double_q=self._double_q,
-            rescaling=self._rescaling,
-        )
-        priority = sequence_priorities(td_errors(y, q_taken), np.ones(real), self._eta)
+            scale = self.reward_scale
+            g = [x / scale for x in g]
+        # Initial priority from the acting Q-values (online == target, so the double-Q
+        # bootstrap and the max are one value), as n_step_targets, td_errors and
+        # sequence_priorities compute it, one step at a time in Python floats.
+        q = np.array(
+            [step.q for step in window[:real]]
+            + [steps[start + t + k[t] - base].q for t in range(real)]
+        ).tolist()
+        td = []
+        for t in range(real):
+            q_boot = q[real + t]
+            q_next = q_boot[_argmax(q_boot)]
+            if self._rescaling:
+                q_next = _inverse_rescale(q_next)
+            y = g[t] + (disc_list[t] * q_next if disc_list[t] != 0.0 else 0.0)
+            if self._rescaling:
+                y = _rescale(y)
+            td.append(abs(y - q[t][actions[t]]))
+        d = np.array(td)
+        priority = self._eta * d.max(initial=0.0) + (1.0 - self._eta) * (d.sum() / real)
         newest = self._episode_first_id + min(start + length + n - 1, last)
         self._sink(self._record(seq, float(priority), newest, new_count, new_sum_square))
+
+    def _bootstrap(
+        self, size: int, terminal: bool
+    ) -> tuple[list[int], np.ndarray, list[float], np.ndarray]:
+        """`n_step_returns`' bootstrap offsets `k` and discounts of a segment of `size`
+        steps (`terminal`: it ends in a termination), and the window's `bootstrap_index`
+        field; computed once per `(size, terminal)` (read only)."""
+        cached = self._bootstrap_cache.get((size, terminal))
+        if cached is None:
+            layout = self.layout
+            length, n = layout.input_length, layout.multisteps
+            offsets = np.arange(size, dtype=np.int64)
+            k = np.minimum(n, size - offsets)
+            disc = np.power(self._gamma, k).astype(np.float64)
+            if terminal:
+                disc[offsets + k == size] = 0.0
+            real = min(length, size)
+            boot = np.arange(length, dtype=np.int64)
+            boot[:real] += k[:real]
+            cached = (k.tolist(), disc, disc.tolist(), boot)
+            self._bootstrap_cache[size, terminal] = cached
+        return cached
 
     def _take_new_rewards(self) -> tuple[int, float]:
         """The moments of the rewards added since the last record (zeroed), merged into
@@ -367,7 +450,7 @@ class SequenceAdder:
         offset = first - self._episode_first_id - self._base  # index in self._steps
         frames = [self._steps[offset + i].frame for i in range(count)]
         frames_array = (
-            np.stack(frames)
+            np.array(frames)  # np.stack's result, without its Python-level work
             if frames
             else np.zeros((0, *self.layout.frame_shape), self.layout.frame_dtype)
         )

@@ -85,7 +85,7 @@ class R2D2Actor:
         q, next_state = self._policy_step(self.stacked_observation())
         return self.act_on(q[0], next_state[0])
 
-    def act_on(self, q: np.ndarray, next_state: np.ndarray) -> int:
+    def act_on(self, q: np.ndarray, next_state: np.ndarray, greedy: int | None = None) -> int:
         """ε-greedy action from Q-values the policy computed for the current observation.
 
         `select_action` is `policy_inputs`, one policy step and this; an actor of several
@@ -94,12 +94,13 @@ class R2D2Actor:
         Args:
             q: `(nb_actions,)` Q-values of the current observation.
             next_state: `(2, lstm_units)` recurrent state after it.
+            greedy: `argmax(q)` if the caller has it (N envs take it in one call).
         """
         self._last = (self._state[0], q)
         self._state = next_state[None]
         if self.epsilon > 0.0 and self._rng.random() < self.epsilon:
             return int(self._rng.integers(self.config.nb_actions))
-        return int(np.argmax(q))
+        return int(np.argmax(q)) if greedy is None else greedy
 
     def policy_inputs(self) -> tuple[np.ndarray, np.ndarray, int, float]:
         """What the policy step of `select_action` takes, for this env alone.
@@ -277,20 +278,25 @@ class R2D2VectorActor:
         Raises:
             RuntimeError: If an env has no episode started.
         """
-        inputs = [actor.policy_inputs() for actor in self.actors]
-        stacked = np.stack([x[0] for x in inputs])
-        state = np.stack([x[1] for x in inputs])
+        actors = self.actors
+        for actor in actors:
+            if not actor.episode_started:
+                raise RuntimeError("call observe_first(observation) before select_action()")
+        # np.stack's batch of each env's `policy_inputs()`, built in one call per input
+        stacked = np.array([tuple(actor._frames) for actor in actors])
+        state = np.array([actor._state[0] for actor in actors])
         if self.config.enable_prev_action_reward:
             q, next_state = self.policy.step(
                 stacked,
                 state,
-                np.array([x[2] for x in inputs], np.int32),
-                np.array([x[3] for x in inputs], np.float32),
+                np.array([actor._prev_action for actor in actors], np.int32),
+                np.array([actor._prev_reward_input() for actor in actors], np.float32),
             )
         else:
             q, next_state = self.policy.step(stacked, state)
+        greedy = np.argmax(q, axis=-1).tolist()
         return np.array(
-            [actor.act_on(q[j], next_state[j]) for j, actor in enumerate(self.actors)],
+            [actor.act_on(q[j], next_state[j], greedy[j]) for j, actor in enumerate(actors)],
             dtype=np.int64,
         )
 

@@ -105,18 +105,21 @@ class EnvList:
 
     def step(self, actions: np.ndarray) -> StepBatch:
         """See `EnvBatch.step`."""
-        n = self.num_envs
-        observations, infos = [], []
-        rewards = np.zeros(n, np.float64)
-        terminated = np.zeros(n, bool)
-        truncated = np.zeros(n, bool)
-        for j, env in enumerate(self.envs):
-            obs, rewards[j], term, trunc, info = env.step(int(actions[j]))
-            terminated[j] = bool(term)
-            truncated[j] = bool(trunc) and not terminated[j]
+        observations, rewards, terminated, truncated, infos = [], [], [], [], []
+        for env, action in zip(self.envs, np.asarray(actions).tolist(), strict=True):
+            obs, reward, term, trunc, info = env.step(int(action))
             observations.append(np.array(obs))
+            rewards.append(reward)
+            terminated.append(bool(term))
+            truncated.append(bool(trunc) and not term)
             infos.append(info)
-        return StepBatch(observations, rewards, terminated, truncated, infos)
+        return StepBatch(
+            observations,
+            np.array(rewards, np.float64),
+            np.array(terminated, bool),
+            np.array(truncated, bool),
+            infos,
+        )
 
     def close(self) -> None:
         """See `EnvBatch.close`."""
@@ -301,7 +304,7 @@ class VectorEpisodeLoop:
             raise ValueError("give at least one limit: nb_steps or should_stop")
         if nb_steps is not None and nb_steps < 1:
             raise ValueError(f"nb_steps must be >= 1, got {nb_steps}")
-        batch, actor = self.envs, self.actor
+        batch, actor, observers = self.envs, self.actor, self.observers
         n = batch.num_envs
         steps = episodes = 0
 
@@ -319,34 +322,28 @@ class VectorEpisodeLoop:
             actions = actor.select_actions()
             out = batch.step(actions)
             ended = []
+            # the N envs' fields as Python scalars, converted once per step
+            step_actions = [int(a) for a in np.asarray(actions).tolist()]
+            rewards = [float(r) for r in np.asarray(out.rewards).tolist()]
+            terminated = [bool(t) for t in np.asarray(out.terminated).tolist()]
+            truncated = [bool(t) for t in np.asarray(out.truncated).tolist()]
             for j in range(n):
-                transition = Transition(
-                    int(actions[j]),
-                    float(out.rewards[j]),
-                    out.observations[j],
-                    bool(out.terminated[j]),
-                    bool(out.truncated[j]),
-                    out.infos[j],
-                )
-                actor.observe(
-                    j,
-                    transition.action,
-                    transition.reward,
-                    transition.observation,
-                    transition.terminated,
-                    transition.truncated,
-                )
+                action, reward, observation = step_actions[j], rewards[j], out.observations[j]
+                term, trunc = terminated[j], truncated[j]
+                transition = Transition(action, reward, observation, term, trunc, out.infos[j])
+                actor.observe(j, action, reward, observation, term, trunc)
                 steps += 1
-                returns[j] += transition.reward
+                returns[j] += reward
                 episode_steps[j] += 1
-                self._notify("on_env_step_end", j, episode_steps[j] - 1, transition)
-                if transition.done:
+                for observer in observers:
+                    observer.on_env_step_end(j, episode_steps[j] - 1, transition)
+                if term or trunc:
                     result = EpisodeResult(
                         episode=episodes,
                         episode_return=returns[j],
                         episode_steps=episode_steps[j],
                         total_steps=steps,
-                        terminated=transition.terminated,
+                        terminated=term,
                     )
                     self._notify("on_env_episode_end", j, result)
                     episodes += 1
