@@ -637,13 +637,13 @@ def test_stacked_observations_are_the_actors_stacks(stack):
 
 def test_scalar_math_matches_the_numpy_functions_bit_for_bit() -> None:
     """The adder's per-float rescaling and argmax give numpy's bits (NaN, inf, ±0 too)."""
-    from r2d2_agent.math import inverse_rescale, rescale
-    from r2d2_agent.replay.adder import _argmax, _inverse_rescale, _rescale
+    from r2d2_agent.math import inverse_rescale, inverse_rescale_float, rescale, rescale_float
+    from r2d2_agent.replay.adder import _argmax
 
     rng = np.random.default_rng(0)
     special = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-300, -1e300, 1.0, -1.0]
     values = np.concatenate([rng.normal(size=2000) * 10.0 ** rng.integers(-8, 9, 2000), special])
-    for scalar, vector in ((_rescale, rescale), (_inverse_rescale, inverse_rescale)):
+    for scalar, vector in ((rescale_float, rescale), (inverse_rescale_float, inverse_rescale)):
         got = np.array([scalar(x) for x in values.tolist()])
         with np.errstate(invalid="ignore"):
             want = vector(values)

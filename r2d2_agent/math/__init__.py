@@ -6,7 +6,14 @@ imports TensorFlow) serves the learner's compiled graph and is tested against th
 """
 
 from r2d2_agent.math.priorities import importance_weights, sequence_priorities
-from r2d2_agent.math.rescaling import RESCALE_EPS, inverse_rescale, rescale
+from r2d2_agent.math.rescaling import (
+    RESCALE_EPS,
+    inverse_rescale,
+    inverse_rescale_float,
+    rescale,
+    rescale_float,
+    sign_float,
+)
 from r2d2_agent.math.reward_scale import REWARD_SCALE_EPS, merge_reward_moments, reward_scale
 from r2d2_agent.math.schedules import annealed_epsilon, apex_epsilon, linear_schedule
 from r2d2_agent.math.targets import n_step_returns, n_step_targets, td_errors
@@ -18,11 +25,14 @@ __all__ = [
     "apex_epsilon",
     "importance_weights",
     "inverse_rescale",
+    "inverse_rescale_float",
     "linear_schedule",
     "merge_reward_moments",
     "n_step_returns",
     "n_step_targets",
     "rescale",
+    "rescale_float",
+    "sign_float",
     "reward_scale",
     "sequence_priorities",
     "td_errors",

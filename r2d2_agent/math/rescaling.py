@@ -7,10 +7,19 @@ through the exact inverse `h^-1`.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["RESCALE_EPS", "inverse_rescale", "rescale"]
+__all__ = [
+    "RESCALE_EPS",
+    "inverse_rescale",
+    "inverse_rescale_float",
+    "rescale",
+    "rescale_float",
+    "sign_float",
+]
 
 RESCALE_EPS: float = 1e-3
 """The `eps` of the value rescaling `h` (R2D2 uses 1e-3)."""
@@ -62,3 +71,29 @@ def inverse_rescale(x: ArrayLike) -> np.ndarray:
     b = 1 + 2 * eps
     d = 2 * a / (b + np.sqrt(b * b + 4 * eps * a))
     return np.sign(x) * d * (d + 2)
+
+
+# One float at a time: the same float64 operations in the same order as the numpy
+# functions above (so the same bits, NaN, infinities and both zeros included), for the
+# adder, which computes a sequence's initial priority once per `period` env steps of every
+# env, where numpy calls on a few elements cost more than the env step.
+
+
+def sign_float(x: float) -> float:
+    """`np.sign` of one float: 1.0, -1.0, 0.0 for both zeros, NaN for NaN."""
+    return 1.0 if x > 0.0 else -1.0 if x < 0.0 else 0.0 if x == 0.0 else x
+
+
+def rescale_float(x: float) -> float:
+    """`rescale` of one float64, bit for bit."""
+    a = abs(x)
+    return sign_float(x) * (a / (math.sqrt(a + 1) + 1)) + RESCALE_EPS * x
+
+
+def inverse_rescale_float(x: float) -> float:
+    """`inverse_rescale` of one float64, bit for bit."""
+    eps = RESCALE_EPS
+    a = abs(x)
+    b = 1 + 2 * eps
+    d = 2 * a / (b + math.sqrt(b * b + 4 * eps * a))
+    return sign_float(x) * d * (d + 2)

@@ -21,14 +21,18 @@ of squares of the rewards added since the previous record (`reward_count`,
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from r2d2_agent.math import RESCALE_EPS, merge_reward_moments, reward_scale
+from r2d2_agent.math import (
+    inverse_rescale_float,
+    merge_reward_moments,
+    rescale_float,
+    reward_scale,
+)
 from r2d2_agent.replay.layout import SequenceLayout
 
 __all__ = ["FRAME_ID_MODULUS", "SequenceAdder", "SequenceRecord", "Sink"]
@@ -91,27 +95,6 @@ def _argmax(row: list[float]) -> int:
         elif value != value:
             return i
     return best
-
-
-def _sign(x: float) -> float:
-    """`np.sign` of a float: 1.0, -1.0, 0.0 for both zeros, NaN for NaN."""
-    return 1.0 if x > 0.0 else -1.0 if x < 0.0 else 0.0 if x == 0.0 else x
-
-
-def _rescale(x: float) -> float:
-    """`r2d2_agent.math.rescale` of one float64, the same operations in the same order."""
-    a = abs(x)
-    return _sign(x) * (a / (math.sqrt(a + 1) + 1)) + RESCALE_EPS * x
-
-
-def _inverse_rescale(x: float) -> float:
-    """`r2d2_agent.math.inverse_rescale` of one float64, the same operations in the same
-    order."""
-    eps = RESCALE_EPS
-    a = abs(x)
-    b = 1 + 2 * eps
-    d = 2 * a / (b + math.sqrt(b * b + 4 * eps * a))
-    return _sign(x) * d * (d + 2)
 
 
 class SequenceAdder:
@@ -392,10 +375,10 @@ class SequenceAdder:
             q_boot = q[real + t]
             q_next = q_boot[_argmax(q_boot)]
             if self._rescaling:
-                q_next = _inverse_rescale(q_next)
+                q_next = inverse_rescale_float(q_next)
             y = g[t] + (disc_list[t] * q_next if disc_list[t] != 0.0 else 0.0)
             if self._rescaling:
-                y = _rescale(y)
+                y = rescale_float(y)
             td.append(abs(y - q[t][actions[t]]))
         d = np.array(td)
         priority = self._eta * d.max(initial=0.0) + (1.0 - self._eta) * (d.sum() / real)
