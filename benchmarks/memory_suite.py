@@ -21,7 +21,8 @@ Agents:
   CPU-fair counterpart of RecurrentPPO's single process), `--preset masked` (the
   masked-CartPole preset, `presets.masked_cartpole_config`) or `--preset memory`
   (`presets.memory_config`), with the task's input shape and action count and
-  `--set FIELD=VALUE` overrides (Python literals).
+  `--set FIELD=VALUE` overrides (Python literals; with `--preset memory`,
+  `--set memory_span=N` gives the task's memory span, as a user would).
 * `rppo`: RecurrentPPO with the rl-zoo masked-CartPole settings of
   `shared/peers/sb3_rppo.py`, applied untuned (8 envs, VecNormalize, n_steps 32, batch 256,
   γ 0.98, λ 0.8, 20 epochs, lr and clip linear from 1e-3 and 0.2 over the budget, LSTM 64).

@@ -190,8 +190,9 @@ def memory_config(
 
     Where it stands: on "repeat the symbol 4 steps back" (a reward every step) it solves
     the task on seeds 0-1 within 35k env steps (RecurrentPPO: 0.45 at 60k); a 20-step
-    T-maze needs `memory_span=20` (without it 0/3 runs learn the cue) and then learns on
-    one seed of two. For control tasks whose reward is survival (masked CartPole) keep
+    T-maze needs a window that holds the cue and the turn (16 steps: 0 of 3 runs learn the
+    cue; `memory_span=20`: 1 seed of 3; `memory_span=40`, room for the agent's waiting at
+    the junction: 0.60 and 1.00 on the two seeds that failed at 20). For control tasks whose reward is survival (masked CartPole) keep
     `masked_cartpole_config`: with one-step returns this preset is slower and less steady
     there. See the README's "Choosing settings for your task".
 
