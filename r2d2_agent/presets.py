@@ -192,9 +192,9 @@ def memory_config(
     the task on seeds 0-1 within 35k env steps (RecurrentPPO: 0.45 at 60k); a 20-step
     T-maze needs a window that holds the cue and the turn (16 steps: 0 of 3 runs learn the
     cue; `memory_span=20`: 1 seed of 3; `memory_span=40`, room for the agent's waiting at
-    the junction: 0.60 and 1.00 on the two seeds that failed at 20). For control tasks whose reward is survival (masked CartPole) keep
-    `masked_cartpole_config`: with one-step returns this preset is slower and less steady
-    there. See the README's "Choosing settings for your task".
+    the junction: 0.60 and 1.00 on the two seeds that failed at 20). For control tasks
+    whose reward is survival (masked CartPole) keep `masked_cartpole_config`: with
+    one-step returns this preset is slower and less steady there. See the README's "Choosing settings for your task".
 
     Values (every other field keeps `R2D2Config`'s default)::
 
