@@ -194,7 +194,8 @@ def memory_config(
     cue; `memory_span=20`: 1 seed of 3; `memory_span=40`, room for the agent's waiting at
     the junction: 0.60 and 1.00 on the two seeds that failed at 20). For control tasks
     whose reward is survival (masked CartPole) keep `masked_cartpole_config`: with
-    one-step returns this preset is slower and less steady there. See the README's "Choosing settings for your task".
+    one-step returns this preset is slower and less steady there. See the README's
+    "Choosing settings for your task".
 
     Values (every other field keeps `R2D2Config`'s default)::
 
