@@ -148,7 +148,16 @@ class R2D2Config:
     priority_eta: float = 0.9
     """η of the sequence priority η·max|δ| + (1-η)·mean|δ| (dimensionless, in [0, 1])."""
     learning_rate: float = 1e-4
-    """Adam learning rate (step size per learner update)."""
+    """Adam learning rate (step size per learner update); with
+    `learning_rate_anneal_updates` > 0, the rate at the first update."""
+    learning_rate_final: float | None = None
+    """Adam learning rate from learner update `learning_rate_anneal_updates` on, reached
+    linearly from `learning_rate` (step size per learner update, > 0); None (the default)
+    keeps `learning_rate` throughout."""
+    learning_rate_anneal_updates: int = 0
+    """Learner updates over which the learning rate goes linearly from `learning_rate` to
+    `learning_rate_final` (>= 1 when `learning_rate_final` is set, else 0). Counted by
+    Adam's iterations, so a resumed run continues the ramp where it stopped."""
     adam_epsilon: float = 1e-3
     """Adam ε (dimensionless; the paper's 1e-3)."""
     clipnorm: float | None = 40.0
@@ -250,6 +259,20 @@ class R2D2Config:
             _check_range(name, value, 0.0, math.inf)
             if value == 0:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
+        if self.learning_rate_final is None:
+            if self.learning_rate_anneal_updates != 0:
+                raise ValueError(
+                    "learning_rate_anneal_updates needs learning_rate_final (the rate it "
+                    f"anneals to), got learning_rate_anneal_updates="
+                    f"{self.learning_rate_anneal_updates!r} and learning_rate_final=None"
+                )
+        else:
+            _check_range("learning_rate_final", self.learning_rate_final, 0.0, math.inf)
+            if self.learning_rate_final == 0:
+                raise ValueError(
+                    f"learning_rate_final must be > 0, got {self.learning_rate_final!r}"
+                )
+            _check_int("learning_rate_anneal_updates", self.learning_rate_anneal_updates, 1)
         if self.clipnorm is not None and not (self.clipnorm > 0):
             raise ValueError(f"clipnorm must be > 0 or None, got {self.clipnorm!r}")
         if not isinstance(self.normalize_rewards, bool):

@@ -32,6 +32,8 @@ LIMITS = dict(input_length=4, memory_capacity=64)  # what two of the invalid val
         ("loss", "l1"),
         ("memory_warmup", 65),  # > memory_capacity (64 in `LIMITS`)
         ("input_type", "VALUES"),  # a string, not an InputType
+        ("learning_rate_final", 0.0),
+        ("learning_rate_final", -1e-4),
     ],
 )
 def test_invalid_value_raises_value_error_naming_field_and_value(make_config, field, value):
@@ -174,6 +176,8 @@ _UNITS = {
     "batch_size": r"sequences?",
     "target_update_interval": r"learner updates?",
     "is_anneal_updates": r"learner updates?",
+    "learning_rate_anneal_updates": r"learner updates?",
+    "learning_rate_final": r"per learner update",
     "train_interval": r"env steps?",
     "actor_sync_interval": r"env steps?",
     "envs_per_actor": r"envs?",
@@ -197,3 +201,15 @@ def test_from_dict_names_unknown_fields(make_config):
     data = {**make_config().to_dict(), "lstm_size": 32}
     with pytest.raises(ValueError, match="unknown R2D2Config fields: lstm_size"):
         R2D2Config.from_dict(data)
+
+
+@pytest.mark.parametrize("updates", [0, -5, 2.5, True])
+def test_learning_rate_final_needs_a_positive_int_of_updates(make_config, updates):
+    with pytest.raises(ValueError, match=rf"learning_rate_anneal_updates .*{updates!r}"):
+        make_config(learning_rate_final=1e-5, learning_rate_anneal_updates=updates)
+
+
+def test_anneal_updates_without_a_final_rate_names_both(make_config):
+    with pytest.raises(ValueError, match="learning_rate_final") as info:
+        make_config(learning_rate_anneal_updates=100)
+    assert "100" in str(info.value)

@@ -318,3 +318,42 @@ def test_beta_reaches_one_after_is_anneal_updates(learner_config):
     assert learner.beta == pytest.approx((learner.config.is_exponent + 1.0) / 2)
     learner.updates = 100
     assert learner.beta == pytest.approx(1.0)
+
+
+def test_learning_rate_is_constant_by_default(learner_config):
+    learner = make_learner(learner_config(learning_rate=1e-3))
+    fill(learner, learner.config, 8)
+    for _ in range(3):
+        learner.step()
+        assert float(learner.optimizer.learning_rate) == pytest.approx(1e-3)
+
+
+# lr(k) = 1e-3 + (1e-4 - 1e-3) min(k / 4, 1) at the update that starts with k earlier ones.
+ANNEALED = [1e-3, 7.75e-4, 5.5e-4, 3.25e-4, 1e-4, 1e-4]
+
+
+def annealed_learner(learner_config):
+    return make_learner(
+        learner_config(learning_rate=1e-3, learning_rate_final=1e-4, learning_rate_anneal_updates=4)
+    )
+
+
+def test_learning_rate_anneals_linearly_over_learner_updates(learner_config):
+    learner = annealed_learner(learner_config)
+    fill(learner, learner.config, 8)
+    used = []
+    for _ in ANNEALED:
+        learner.step()
+        used.append(float(learner.optimizer.learning_rate))
+    assert used == pytest.approx(ANNEALED, rel=1e-6)
+
+
+def test_a_restored_learner_continues_the_learning_rate_ramp(learner_config):
+    first = annealed_learner(learner_config)
+    fill(first, first.config, 8)
+    for _ in range(2):
+        first.step()
+    resumed = annealed_learner(learner_config)
+    resumed.restore(first.save(replay=True))
+    resumed.step()
+    assert float(resumed.optimizer.learning_rate) == pytest.approx(ANNEALED[2], rel=1e-6)

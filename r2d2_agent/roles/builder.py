@@ -157,12 +157,22 @@ class R2D2Builder:
         )
 
     def make_optimizer(self) -> Any:
-        """Adam with the config's learning rate, epsilon and gradient-norm clip."""
+        """Adam with the config's learning rate (annealed linearly over learner updates
+        when `learning_rate_final` is set), epsilon and gradient-norm clip."""
         from r2d2_agent.compat import keras
 
-        kwargs = {} if self.config.clipnorm is None else {"global_clipnorm": self.config.clipnorm}
+        config = self.config
+        kwargs = {} if config.clipnorm is None else {"global_clipnorm": config.clipnorm}
+        learning_rate: Any = config.learning_rate
+        if config.learning_rate_final is not None:
+            learning_rate = keras.optimizers.schedules.PolynomialDecay(
+                initial_learning_rate=config.learning_rate,
+                decay_steps=config.learning_rate_anneal_updates,
+                end_learning_rate=config.learning_rate_final,
+                power=1.0,
+            )
         return keras.optimizers.Adam(
-            learning_rate=self.config.learning_rate, epsilon=self.config.adam_epsilon, **kwargs
+            learning_rate=learning_rate, epsilon=config.adam_epsilon, **kwargs
         )
 
     def make_learner(
