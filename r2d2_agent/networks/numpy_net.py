@@ -140,16 +140,19 @@ class NumpyNetwork:
         if self.config.enable_lstm:
             h, c = state[:, 0], state[:, 1]
             z = x @ w["lstm/kernel"] + h @ w["lstm/recurrent_kernel"] + w["lstm/bias"]
-            i, f, g, o = np.split(z, 4, axis=-1)  # Keras gate order: input, forget, cell, output
+            u = z.shape[-1] // 4  # Keras gate order: input, forget, cell, output
+            i, f, g, o = z[:, :u], z[:, u : 2 * u], z[:, 2 * u : 3 * u], z[:, 3 * u :]
             c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
             x = _sigmoid(o) * np.tanh(c)
-            state = np.stack([x, c], axis=1)
+            state = np.concatenate([x, c], axis=-1).reshape(len(x), 2, u)  # np.stack's axis 1
         if self.config.enable_dueling:
             v = np.maximum(x @ w["value_hidden/kernel"] + w["value_hidden/bias"], 0.0)
             v = v @ w["value/kernel"] + w["value/bias"]
             a = np.maximum(x @ w["advantage_hidden/kernel"] + w["advantage_hidden/bias"], 0.0)
             a = a @ w["advantage/kernel"] + w["advantage/bias"]
-            q = v + a - a.mean(axis=-1, keepdims=True)
+            # a.mean(axis=-1, keepdims=True), without its Python wrapper
+            mean = np.add.reduce(a, axis=-1, keepdims=True)
+            q = v + a - np.true_divide(mean, a.shape[-1], out=mean)
         else:
             q = np.maximum(x @ w["q_hidden/kernel"] + w["q_hidden/bias"], 0.0)
             q = q @ w["q/kernel"] + w["q/bias"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 
@@ -71,16 +72,28 @@ Sink = Callable[[SequenceRecord], None]
 
 
 class _Step:
-    """Data attached to observation `s_j`; the transition fields fill in later."""
+    """Data attached to observation `s_j`; the transition fields fill in later.
 
-    __slots__ = ("action", "frame", "q", "reward", "state")
+    `q` is `Q(s_j, .)`; `q_list` is the same as Python floats and `boot` the value a
+    target bootstrapping on `s_j` takes (`max Q(s_j, .)`, out of the rescaled space with
+    `rescaling`), both set with `q` (`SequenceAdder._set_q`), so that the windows sharing
+    the step do not compute them again.
+    """
+
+    __slots__ = ("action", "boot", "frame", "q", "q_list", "reward", "state")
 
     def __init__(self, frame: np.ndarray) -> None:
         self.frame = frame
         self.state: np.ndarray | None = None
         self.q: np.ndarray | None = None
+        self.q_list: list[float] = []
+        self.boot = 0.0
         self.action = 0
         self.reward = 0.0
+
+
+_max = np.maximum.reduce  # ndarray.max and .sum without their Python wrappers
+_sum = np.add.reduce
 
 
 def _argmax(row: list[float]) -> int:
@@ -160,12 +173,17 @@ class SequenceAdder:
         self._next_id = 0  # id of the next frame given to the adder
         self._episode_first_id = 0  # id of this episode's s_0
         self._sent_upto = -1  # highest frame id already carried by a record
-        # _emit's constants: an index range, gamma**i as n_step_returns computes it
+        # _emit's constants: an index range, the frame ids of no frame, zeros to pad
+        # with, gamma**i as n_step_returns computes it, the fields cached by position
         self._arange = np.arange(layout.frames_per_sequence, dtype=np.int64)
+        ids_shape, ids_dtype = self._spec["frame_ids"]
+        self._no_frames = np.full(ids_shape, -1, ids_dtype)
+        self._zeros = [0] * layout.input_length
         self._gamma_powers = [self._gamma**i for i in range(layout.multisteps)]
         self._bootstrap_cache: dict[
-            tuple[int, bool], tuple[list[int], np.ndarray, list[float], np.ndarray]
+            tuple[int, bool], tuple[list[int], list[float], np.ndarray, np.ndarray, np.ndarray]
         ] = {}
+        self._mask_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     @property
     def buffer_length(self) -> int:
@@ -243,18 +261,18 @@ class SequenceAdder:
             raise ValueError(f"state must have shape (2, {self.layout.state_size}), got {st.shape}")
         nxt = self._new_step(next_frame)
         ended = bool(terminated) or bool(truncated)
-        if next_q_values is not None:
-            nxt.q = self._check_q("next_q_values", next_q_values)
-        elif ended:
-            nxt.q = q  # stands in for Q(s_E); see the docstring
-
+        next_q = None if next_q_values is None else self._check_q("next_q_values", next_q_values)
         step = self._steps[-1]
+        self._set_q(step, q)
+        if next_q is not None:
+            self._set_q(nxt, next_q)
+        elif ended:  # Q(s_t) stands in for Q(s_E); see the docstring
+            nxt.q, nxt.q_list, nxt.boot = step.q, step.q_list, step.boot
         step.action = int(action)
         step.reward = float(reward)
         self._new_rewards[0] += 1
         self._new_rewards[1] += step.reward * step.reward
         step.state = st
-        step.q = q
         self._steps.append(nxt)
         if ended:
             end = self._base + len(self._steps) - 1  # E, index of s_E.
@@ -285,6 +303,14 @@ class SequenceAdder:
         self._next_id += 1
         return _Step(copy)
 
+    def _set_q(self, step: _Step, q: np.ndarray) -> None:
+        """Gives `step` its Q-values `q` (float64), as an array and as floats, and the
+        value a bootstrap on it takes."""
+        q_list = q.tolist()
+        boot = q_list[_argmax(q_list)]
+        step.q, step.q_list = q, q_list
+        step.boot = inverse_rescale_float(boot) if self._rescaling else boot
+
     def _check_q(self, name: str, q_values: np.ndarray) -> np.ndarray:
         """Copies q values to float64, checking `(nb_actions,)` consistency."""
         q = np.array(q_values, dtype=np.float64)
@@ -303,94 +329,97 @@ class SequenceAdder:
 
         The arithmetic is that of `n_step_returns`, `n_step_targets`, `td_errors` and
         `sequence_priorities`, the same float64 operations in the same order (so the same
-        bits, NaN and infinities included), but on Python floats one step at a time and
-        with the index arithmetic as slices and cached offsets: this runs once per
+        bits, NaN and infinities included), but on Python floats one step at a time, with
+        each step's Q-values as floats and bootstrap value computed once (`_set_q`), and
+        the fields that depend only on where the window lies in the episode (masks,
+        bootstrap indices and discounts) copied from cached arrays: this runs once per
         `period` env steps of every env, where a few dozen numpy calls on arrays of
         `input_length` elements cost more than the env step.
         """
         layout = self.layout
         b, length, n = layout.burnin, layout.input_length, layout.multisteps
-        stack = layout.input_sequence
         steps, base = self._steps, self._base
         last = base + len(steps) - 1  # index of the newest observation
-        seq = {k: np.zeros(shape, dtype) for k, (shape, dtype) in self._spec.items()}
-        # Frames: observation p (episode step j = start - b + p) stacks the frames of steps
-        # j - S + 1 .. j; frame list entry i is the frame of step start - b - S + 1 + i.
-        # The visible entries (0 <= step <= last) are one contiguous run.
-        first_step = start - b - stack + 1
-        frame_ids = seq["frame_ids"]
-        lo, hi = max(-first_step, 0), min(layout.frames_per_sequence, last - first_step + 1)
-        frame_ids.fill(-1)
-        if lo < hi:
-            first_id = self._episode_first_id + first_step
-            frame_ids[lo:hi] = (first_id + self._arange[lo:hi]) % FRAME_ID_MODULUS
-        seq["obs_mask"][max(b - start, 0) : max(last - start + b + 1, 0)] = 1.0
-        seq["burnin_mask"][max(b - start, 0) :] = 1.0
-        if layout.prev_action_reward:
-            obs_steps = range(start - b, start - b + layout.sequence_length)
-            previous = [j - 1 for j in obs_steps]
-            real = [1 <= j <= last for j in obs_steps]
-            seq["prev_actions"][:] = [
-                steps[i - base].action if ok else -1 for i, ok in zip(previous, real, strict=True)
-            ]
-            seq["prev_rewards"][:] = [
-                steps[i - base].reward if ok else 0.0 for i, ok in zip(previous, real, strict=True)
-            ]
-        seq["state"][:] = steps[max(start - b, 0) - base].state
         seg_end = start + length + n - 1 if end is None else min(start + length + n - 1, end)
         size = seg_end - start
-        window = [steps[t - base] for t in range(start, seg_end)]
-        k, disc, disc_list, boot = self._bootstrap(
+        real = min(length, size)
+        k, disc, discounts, bootstrap_index, mask = self._bootstrap(
             size, end is not None and seg_end == end and terminated
         )
-        real = min(length, size)
+        window = list(islice(steps, start - base, seg_end - base + 1))  # s_start .. s_seg_end
         # n_step_returns: g_t = sum_{i < k_t} gamma^i r_{t+i}, added up oldest first
         rewards = [step.reward for step in window]
         powers = self._gamma_powers
-        g = []
+        returns = []
         for t in range(real):
             acc = 0.0
             for i in range(k[t]):
                 acc += powers[i] * rewards[t + i]
-            g.append(acc)
+            returns.append(acc)
         actions = [step.action for step in window[:real]]
-        seq["actions"][:real] = actions
-        seq["returns"][:real] = g
-        seq["bootstrap_discount"][:real] = disc[:real]
-        seq["bootstrap_index"][:] = boot
-        seq["mask"][:real] = 1.0
         new_count, new_sum_square = self._take_new_rewards()
+        g = returns
         if self._normalize:
             scale = self.reward_scale
             g = [x / scale for x in g]
         # Initial priority from the acting Q-values (online == target, so the double-Q
         # bootstrap and the max are one value), as n_step_targets, td_errors and
         # sequence_priorities compute it, one step at a time in Python floats.
-        q = np.array(
-            [step.q for step in window[:real]]
-            + [steps[start + t + k[t] - base].q for t in range(real)]
-        ).tolist()
+        rescaling = self._rescaling
         td = []
         for t in range(real):
-            q_boot = q[real + t]
-            q_next = q_boot[_argmax(q_boot)]
-            if self._rescaling:
-                q_next = inverse_rescale_float(q_next)
-            y = g[t] + (disc_list[t] * q_next if disc_list[t] != 0.0 else 0.0)
-            if self._rescaling:
+            discount = disc[t]
+            y = g[t] + (discount * window[t + k[t]].boot if discount != 0.0 else 0.0)
+            if rescaling:
                 y = rescale_float(y)
-            td.append(abs(y - q[t][actions[t]]))
+            td.append(abs(y - window[t].q_list[actions[t]]))
         d = np.array(td)
-        priority = self._eta * d.max(initial=0.0) + (1.0 - self._eta) * (d.sum() / real)
+        priority = self._eta * _max(d) + (1.0 - self._eta) * (_sum(d) / real)
+
+        # the fields, in `field_spec` order
+        seq: dict[str, np.ndarray] = {}
+        if layout.prev_action_reward:
+            obs_steps = range(start - b, start - b + layout.sequence_length)
+            seq["prev_actions"] = np.array(
+                [steps[j - 1 - base].action if 1 <= j <= last else -1 for j in obs_steps],
+                np.int32,
+            )
+            seq["prev_rewards"] = np.array(
+                [steps[j - 1 - base].reward if 1 <= j <= last else 0.0 for j in obs_steps],
+                np.float32,
+            )
+        # Frames: observation p (episode step j = start - b + p) stacks the frames of steps
+        # j - S + 1 .. j; frame list entry i is the frame of step start - b - S + 1 + i.
+        # The visible entries (0 <= step <= last) are one contiguous run.
+        first_step = start - b - layout.input_sequence + 1
+        frame_ids = self._no_frames.copy()
+        lo, hi = max(-first_step, 0), min(layout.frames_per_sequence, last - first_step + 1)
+        if lo < hi:
+            first_id = self._episode_first_id + first_step
+            ids = self._arange[lo:hi] + first_id  # ids >= 0: the modulo only when it wraps
+            frame_ids[lo:hi] = ids if first_id + hi <= FRAME_ID_MODULUS else ids % FRAME_ID_MODULUS
+        seq["frame_ids"] = frame_ids
+        obs_mask, burnin_mask = self._masks(
+            max(b - start, 0), min(max(last - start + b + 1, 0), layout.sequence_length)
+        )
+        seq["obs_mask"] = obs_mask.copy()
+        seq["burnin_mask"] = burnin_mask.copy()
+        seq["state"] = steps[max(start - b, 0) - base].state.copy()
+        seq["actions"] = np.array(actions + self._zeros[real:], np.int32)
+        seq["returns"] = np.array(returns + self._zeros[real:], np.float32)
+        seq["bootstrap_discount"] = discounts.copy()
+        seq["bootstrap_index"] = bootstrap_index.copy()
+        seq["mask"] = mask.copy()
         newest = self._episode_first_id + min(start + length + n - 1, last)
         self._sink(self._record(seq, float(priority), newest, new_count, new_sum_square))
 
     def _bootstrap(
         self, size: int, terminal: bool
-    ) -> tuple[list[int], np.ndarray, list[float], np.ndarray]:
+    ) -> tuple[list[int], list[float], np.ndarray, np.ndarray, np.ndarray]:
         """`n_step_returns`' bootstrap offsets `k` and discounts of a segment of `size`
-        steps (`terminal`: it ends in a termination), and the window's `bootstrap_index`
-        field; computed once per `(size, terminal)` (read only)."""
+        steps (`terminal`: it ends in a termination), and the window's
+        `bootstrap_discount`, `bootstrap_index` and `mask` fields; computed once per
+        `(size, terminal)` (read only)."""
         cached = self._bootstrap_cache.get((size, terminal))
         if cached is None:
             layout = self.layout
@@ -403,8 +432,27 @@ class SequenceAdder:
             real = min(length, size)
             boot = np.arange(length, dtype=np.int64)
             boot[:real] += k[:real]
-            cached = (k.tolist(), disc, disc.tolist(), boot)
+            spec = self._spec
+            discounts = np.zeros(*spec["bootstrap_discount"])
+            discounts[:real] = disc[:real]
+            bootstrap_index = np.zeros(*spec["bootstrap_index"])
+            bootstrap_index[:] = boot
+            mask = np.zeros(*spec["mask"])
+            mask[:real] = 1.0
+            cached = (k.tolist(), disc.tolist(), discounts, bootstrap_index, mask)
             self._bootstrap_cache[size, terminal] = cached
+        return cached
+
+    def _masks(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """The `obs_mask` (1 on observations `lo .. hi-1`) and `burnin_mask` (1 from `lo`
+        on) fields; computed once per `(lo, hi)` (read only)."""
+        cached = self._mask_cache.get((lo, hi))
+        if cached is None:
+            obs_mask = np.zeros(*self._spec["obs_mask"])
+            obs_mask[lo:hi] = 1.0
+            burnin_mask = np.zeros(*self._spec["burnin_mask"])
+            burnin_mask[lo:] = 1.0
+            cached = self._mask_cache[lo, hi] = (obs_mask, burnin_mask)
         return cached
 
     def _take_new_rewards(self) -> tuple[int, float]:
