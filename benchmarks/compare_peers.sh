@@ -14,6 +14,7 @@ venv=${PEERS_VENV:-$HOME/.peers-venv}
 PY=${PYTHON:-.venv/bin/python}
 seeds=${SEEDS:-0 1 2}
 mkdir -p "$out"
+export SB3_LOGDIR="$out/sb3_logs"  # else SB3 makes a /tmp/SB3-<time> folder per run
 [ -x "$venv/bin/python" ] || { python3 -m venv "$venv" && "$venv/bin/pip" install -q torch==2.13.0 gymnasium numpy stable-baselines3 sb3-contrib; }
 qa() {
   $PY "$here/bench_learning.py" --env cartpole --seeds $seeds --budget 60000 > "$out/r2d2_cartpole.jsonl" 2> "$out/r2d2_cartpole.err"

@@ -218,6 +218,7 @@ def run_rppo_here(args: argparse.Namespace) -> dict[str, Any]:
     from sb3_contrib import RecurrentPPO  # noqa: PLC0415
     from stable_baselines3.common.callbacks import BaseCallback  # noqa: PLC0415
     from stable_baselines3.common.evaluation import evaluate_policy  # noqa: PLC0415
+    from stable_baselines3.common.logger import Logger  # noqa: PLC0415
     from stable_baselines3.common.monitor import Monitor  # noqa: PLC0415
     from stable_baselines3.common.vec_env import (  # noqa: PLC0415
         DummyVecEnv,
@@ -286,6 +287,8 @@ def run_rppo_here(args: argparse.Namespace) -> dict[str, Any]:
                 log_eval(curve[-1], start)
             return True
 
+    # A logger without outputs: SB3's default one makes a /tmp/SB3-<time> folder per run.
+    model.set_logger(Logger(folder=None, output_formats=[]))
     start = time.perf_counter()
     model.learn(total_timesteps=args.budget, callback=Evaluate())
     if not curve or curve[-1][0] < args.budget:

@@ -92,6 +92,14 @@ def masked_cartpole_config(**overrides: Any) -> R2D2Config:
     """R2D2 for the partially observable CartPole of `r2d2_agent.testing` (observation
     (2,): cart position and pole angle only), which needs the LSTM's memory.
 
+    Also the recipe for other control tasks whose reward is survival (the README's
+    "Choosing settings for your task"); with noisy observations add
+    `enable_prev_action_reward=True` (the previous action is the noise-free input that
+    drives the dynamics): on masked CartPole with noise of std 0.05 it took the best greedy
+    normalised mean from -0.25 / -0.49 to 0.83 / 0.72 (seeds 0 / 1; median of seeds 0-4
+    0.72 against RecurrentPPO's 0.20), while without noise it slows the median of seeds 0-19
+    from 12,500 env steps to 16,250 (benchmarks/RESULTS.md, "The noisy masked CartPole").
+
     Values (every other field keeps `R2D2Config`'s default)::
 
         input_shape=(2,)
