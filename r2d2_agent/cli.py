@@ -536,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-span",
         type=int,
         help="with --preset memory: env steps from an observation to the action that needs "
-        "it (sets the trained window; default 15)",
+        "it (sets the trained window, above twice the span; default 7: 16 steps)",
     )
     config.add_argument("--config", help="a TOML or YAML file of R2D2Config fields")
     config.add_argument(

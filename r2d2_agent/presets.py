@@ -144,7 +144,7 @@ _MEMORY: dict[str, Any] = dict(
     multisteps=1,
 )
 
-DEFAULT_MEMORY_SPAN = 15
+DEFAULT_MEMORY_SPAN = 7
 """`memory_config`'s memory span when none is given (env steps): a trained window of 16."""
 
 
@@ -153,10 +153,16 @@ def memory_window(memory_span: int) -> dict[str, int]:
 
     A recurrent network learns to keep an observation only if one trained window holds
     both the step that shows it and the step that needs it (the gradient does not reach
-    back into the burn-in or across windows). So the trained window `input_length` is the
-    smallest power of two of at least `memory_span + 1` steps (and at least 16), and
-    `train_interval` grows with it (`input_length // 4` env steps per update), so the
-    learner trains on the same number of steps per env step as with the 16-step window.
+    back into the burn-in or across windows), and while it explores the agent lives the
+    gap longer than it is (it waits, turns back, dithers at a junction). So the trained
+    window `input_length` is the smallest power of two above twice the span (and at least
+    16), and `train_interval` grows with it (`input_length // 4` env steps per update), so
+    the learner trains on the same number of steps per env step as with the 16-step
+    window. Measured on the memory suite (benchmarks/RESULTS.md, "Memory suite, seeds
+    0-4"): a 20-step T-maze with a 32-step window reached a median best greedy of 0.45
+    over seeds 0-4, with 64 steps 1.00; a cue named 30 steps later 0.50 / 0.80 / 0.50 with
+    32 steps, 0.80 / 0.80 / 1.00 with 64 (seeds 0-2); "repeat 8 steps back" was at chance
+    with 16 and with 32.
 
     Args:
         memory_span: The longest gap, in env steps, between an observation and the step
@@ -171,11 +177,11 @@ def memory_window(memory_span: int) -> dict[str, int]:
 
     Example:
         >>> memory_window(4), memory_window(20)
-        ({'input_length': 16, 'train_interval': 4}, {'input_length': 32, 'train_interval': 8})
+        ({'input_length': 16, 'train_interval': 4}, {'input_length': 64, 'train_interval': 16})
     """
     if isinstance(memory_span, bool) or not isinstance(memory_span, int) or memory_span < 0:
         raise ValueError(f"memory_span must be an int >= 0 (env steps), got {memory_span!r}")
-    length = max(16, 1 << memory_span.bit_length())  # smallest power of two > memory_span
+    length = max(16, 1 << (2 * memory_span).bit_length())  # smallest power of two > 2 span
     return dict(input_length=length, train_interval=length // 4)
 
 
@@ -196,14 +202,15 @@ def memory_config(
     each step's action is no longer drowned by the bootstrapped return), and a trained
     window that covers the task's memory span (`memory_span`, see `memory_window`).
 
-    Where it stands: on "repeat the symbol 4 steps back" (a reward every step) it solves
-    the task on seeds 0-1 within 35k env steps (RecurrentPPO: 0.45 at 60k); a 20-step
-    T-maze needs a window that holds the cue and the turn (16 steps: 0 of 3 runs learn the
-    cue; `memory_span=20`: 1 seed of 3; `memory_span=40`, room for the agent's waiting at
-    the junction: 0.60 and 1.00 on the two seeds that failed at 20). For control tasks
-    whose reward is survival (masked CartPole) keep `masked_cartpole_config`: with
-    one-step returns this preset is slower and less steady there. See the README's
-    "Choosing settings for your task".
+    Where it stands (best greedy normalised mean within 60k env steps, median of seeds
+    0-4, RecurrentPPO's beside it): "repeat the symbol 4 steps back" (a reward every step)
+    0.95 (0.42), a 5-step T-maze 1.00 (1.00), a 20-step T-maze with `memory_span=20`
+    1.00 (0.65), a cue named 30 steps later 0.50 with a 32-step window (-0.10; 0.80 /
+    0.80 / 1.00 on seeds 0-2 with the 64 steps `memory_span=31` now gives); "repeat 8
+    steps back" -0.43 (-0.05; both near chance). For control tasks whose reward is
+    survival (masked CartPole) keep `masked_cartpole_config`: with one-step returns this
+    preset is slower and less steady there. See the README's "Choosing settings for your
+    task".
 
     Values (every other field keeps `R2D2Config`'s default)::
 
@@ -231,13 +238,13 @@ def memory_config(
         nb_actions: The number of actions (the env's `action_space.n`).
         memory_span: The longest gap, in env steps, between an observation and the step
             whose action needs it; sets `input_length` and `train_interval`
-            (`memory_window`; the values above are the default's, 15: a 16-step window).
+            (`memory_window`; the values above are the default's, 7: a 16-step window).
         **overrides: Any other `R2D2Config` field (they win over `memory_span`'s).
 
     Example:
         >>> config = memory_config(input_shape=(5,), nb_actions=3, memory_span=20, seed=0)
         >>> config.input_shape, config.input_length, config.train_interval
-        ((5,), 32, 8)
+        ((5,), 64, 16)
     """
     task = dict(input_shape=input_shape, nb_actions=nb_actions)
     window = memory_window(memory_span)

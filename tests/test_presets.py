@@ -161,13 +161,15 @@ WINDOWS = [
     # (memory span in env steps, trained window, env steps per update)
     (0, 16, 4),
     (4, 16, 4),
-    (15, 16, 4),  # 16 steps hold the observation and the step 15 later
-    (16, 32, 8),
-    (20, 32, 8),
-    (31, 32, 8),
-    (32, 64, 16),
-    (50, 64, 16),
-    (100, 128, 32),
+    (7, 16, 4),  # 16 steps hold twice the span: 14
+    (8, 32, 8),
+    (15, 32, 8),
+    (16, 64, 16),
+    (20, 64, 16),
+    (31, 64, 16),
+    (32, 128, 32),
+    (50, 128, 32),
+    (100, 256, 64),
 ]
 
 
@@ -177,7 +179,7 @@ def test_memory_window_covers_the_span_with_the_same_trained_steps_per_env_step(
 ):
     window = presets.memory_window(span)
     assert window == {"input_length": length, "train_interval": interval}
-    assert window["input_length"] >= span + 1
+    assert window["input_length"] >= 2 * span + 1
     # batch_size * input_length / train_interval trained steps per env step, as with 16 / 4
     assert window["input_length"] / window["train_interval"] == 16 / 4
 
@@ -190,15 +192,15 @@ def test_memory_window_names_a_bad_span(span):
 
 def test_memory_config_takes_the_window_of_its_memory_span():
     config = presets.memory_config((3,), 2, memory_span=20)
-    assert (config.input_length, config.train_interval) == (32, 8)
+    assert (config.input_length, config.train_interval) == (64, 16)
     default = presets.memory_config((3,), 2)
     assert default.input_length == 16 and default.train_interval == 4
-    assert presets.DEFAULT_MEMORY_SPAN == 15
+    assert presets.DEFAULT_MEMORY_SPAN == 7
 
 
 def test_memory_config_overrides_win_over_the_memory_span():
     config = presets.memory_config((3,), 2, memory_span=50, input_length=40)
-    assert (config.input_length, config.train_interval) == (40, 16)
+    assert (config.input_length, config.train_interval) == (40, 32)
 
 
 def test_memory_config_names_a_bad_memory_span():
