@@ -11,6 +11,9 @@ Fixtures shared by the test modules:
 - `make_cartpole` and `cartpole`: gymnasium CartPole-v1 envs, closed after the test.
 - `shm_segments`, `assert_no_leftovers` and `no_leftovers`: the "nothing left behind"
   check of the multiprocessing tests (no child process, no shared-memory segment).
+
+The session's local Ray clusters keep their session folders (logs, sockets) under a temp
+root of the test session (`RAY_TMPDIR`), removed at its end, not in `/tmp/ray`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import r2d2_agent.compat  # noqa: E402,F401  (must come before any other TensorF
 # isort: split
 import multiprocessing
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -133,3 +138,23 @@ def no_leftovers() -> Iterator[None]:
     """
     yield
     _check_no_leftovers()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ray_temp_root() -> Iterator[str]:
+    """A temp root for the session's Ray clusters (`RAY_TMPDIR`), removed at the end.
+
+    Short and under /tmp: Ray's socket paths under it must stay within the 107 bytes a
+    Unix socket path may have.
+    """
+    root = tempfile.mkdtemp(prefix="r2d2ray", dir="/tmp")
+    previous = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = root
+    try:
+        yield root
+    finally:
+        if previous is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = previous
+        shutil.rmtree(root, ignore_errors=True)
