@@ -254,25 +254,20 @@ class R2D2Config:
         if not (isinstance(self.image_scale, (int, float)) and 0 < self.image_scale < math.inf):
             raise ValueError(f"image_scale must be a number > 0, got {self.image_scale!r}")
         _check_range("epsilon_alpha", self.epsilon_alpha, 0.0, math.inf)
-        for name in ("learning_rate", "adam_epsilon"):
+        rates = ("learning_rate", "adam_epsilon", "learning_rate_final")
+        for name in rates if self.learning_rate_final is not None else rates[:2]:
             value = getattr(self, name)
             _check_range(name, value, 0.0, math.inf)
             if value == 0:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
-        if self.learning_rate_final is None:
-            if self.learning_rate_anneal_updates != 0:
-                raise ValueError(
-                    "learning_rate_anneal_updates needs learning_rate_final (the rate it "
-                    f"anneals to), got learning_rate_anneal_updates="
-                    f"{self.learning_rate_anneal_updates!r} and learning_rate_final=None"
-                )
-        else:
-            _check_range("learning_rate_final", self.learning_rate_final, 0.0, math.inf)
-            if self.learning_rate_final == 0:
-                raise ValueError(
-                    f"learning_rate_final must be > 0, got {self.learning_rate_final!r}"
-                )
+        if self.learning_rate_final is not None:
             _check_int("learning_rate_anneal_updates", self.learning_rate_anneal_updates, 1)
+        elif self.learning_rate_anneal_updates != 0:
+            raise ValueError(
+                "learning_rate_anneal_updates needs learning_rate_final (the rate it anneals "
+                f"to), got learning_rate_anneal_updates={self.learning_rate_anneal_updates!r} "
+                "and learning_rate_final=None"
+            )
         if self.clipnorm is not None and not (self.clipnorm > 0):
             raise ValueError(f"clipnorm must be > 0 or None, got {self.clipnorm!r}")
         if not isinstance(self.normalize_rewards, bool):
