@@ -589,6 +589,48 @@ def test_frozen_children_are_killed_and_reaped(stalled_children):
     assert stalled_children.alive == []  # no stopped process, no zombie
 
 
+# ------------------------------------------------------ a learner-update limit ------
+_NB_TRAINS_SCRIPT = textwrap.dedent("""
+    import functools
+    import gymnasium as gym
+    from r2d2_agent.config import R2D2Config
+    from r2d2_agent.distributed import R2D2Manager
+
+    def main():
+        config = R2D2Config(input_shape=(4,), nb_actions=2, lstm_units=16, dense_units=16,
+                            burnin=2, input_length=4, multisteps=2, batch_size=4,
+                            memory_capacity=200, memory_warmup=8, seed=0)
+        with R2D2Manager(functools.partial(gym.make, "CartPole-v1"), config, actor_num=2,
+                         progress=False) as manager:
+            result = manager.train(nb_trains=40, max_seconds=120)
+        print("RESULT", result.stop_reason, result.learner_updates, flush=True)
+
+    if __name__ == "__main__":
+        main()
+""")
+
+
+@pytest.fixture(scope="module")
+def nb_trains_run(tmp_path_factory):
+    """A run of two actors that ends when the learner reaches 40 updates: the learner
+    leaves first, while the actors may be writing to its experience pipes."""
+    tmp_path = tmp_path_factory.mktemp("nb_trains")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    return run_script(_NB_TRAINS_SCRIPT, tmp_path, env)
+
+
+def test_run_stops_for_nb_trains(nb_trains_run):
+    assert nb_trains_run.exitcode == 0, nb_trains_run.stderr[-3000:]
+    result = next(line for line in nb_trains_run.stdout.splitlines() if line.startswith("RESULT"))
+    _, reason, updates = result.split()
+    assert reason == "nb_trains" and int(updates) >= 40
+
+
+def test_actors_stop_quietly_when_the_learner_ends_the_run(nb_trains_run):
+    assert "Traceback" not in nb_trains_run.stderr, nb_trains_run.stderr[-3000:]
+    assert "ERROR" not in nb_trains_run.stderr, nb_trains_run.stderr[-3000:]
+
+
 # ------------------------------------------------------- start-up and orphans ------
 _UNGUARDED_SCRIPT = textwrap.dedent("""
     import functools

@@ -205,6 +205,9 @@ def learner_main(
     try:
         runner.run(ParentWatch(stop, every=16))
     finally:
+        # The run ends with the learner (its `nb_trains`, a stop, a failure): actors stop
+        # at their next check instead of failing on the experience pipes it closes.
+        stop.set()
         reporter.on_learner_progress(runner)
         receiver.close()
         publisher.close()
