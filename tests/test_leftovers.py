@@ -567,3 +567,33 @@ def test_older_versions_temp_names_are_listed_with_an_unknown_owner(tmp_path):
     found = {pathlib.Path(x.path).name: x.owner for x in find_temp_files(tmp_path)}
     assert found == dict.fromkeys(legacy, "unknown")
     assert reclaim_temp_files(tmp_path) == []
+
+
+# ------------------------------------------------------------ TensorFlow's own ------
+_TRACING_SCRIPT = textwrap.dedent("""
+    import os
+    import numpy as np
+    from r2d2_agent.networks.policies import KerasPolicy
+    from r2d2_agent.presets import cartpole_config
+    from r2d2_agent.roles.builder import R2D2Builder
+
+    config = cartpole_config(seed=0, enable_prev_action_reward=True)  # every custom layer
+    R2D2Builder(config).make_learner().trace()
+    KerasPolicy(config).step(np.zeros((1, 1, 4), np.float32), np.zeros((1, 2, 64), np.float32),
+                             np.zeros(1, np.int32), np.zeros(1, np.float32))
+    os._exit(0)  # as a killed process: no atexit handler runs
+""")
+
+
+def test_a_killed_learner_or_keras_actor_leaves_no_autograph_file(tmp_path):
+    """AutoGraph writes each converted function to a file in the temp folder and removes
+    it at exit: the network's layers and the acting and training graphs must not be
+    converted, or every killed learner or Keras actor leaves files behind."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, "-c", _TRACING_SCRIPT], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in temp.iterdir()) == []

@@ -46,7 +46,19 @@ MAX_STATIC_UNROLL = 160
 """Sequences up to this many steps are unrolled in the graph; longer ones loop."""
 
 
-class DuelingCombine(keras.layers.Layer):
+class _TensorOpsLayer(keras.layers.Layer):
+    """A layer whose `call` is tensor operations only, with no Python control flow.
+
+    tf-keras runs a subclassed layer's `call` through AutoGraph when it builds a model,
+    which has nothing to convert here and writes a /tmp/__autograph_generated_file*.py
+    per layer and model that a killed process never removes.
+    """
+
+    def _should_use_autograph(self) -> bool:  # tf-keras's switch (Keras 2 `Layer`)
+        return False
+
+
+class DuelingCombine(_TensorOpsLayer):
     """Q = V + A - mean_a(A) (Wang et al. 2016)."""
 
     def call(self, inputs: list[Any]) -> Any:
@@ -54,7 +66,7 @@ class DuelingCombine(keras.layers.Layer):
         return value + advantage - tf.reduce_mean(advantage, axis=-1, keepdims=True)
 
 
-class PrevActionReward(keras.layers.Layer):
+class PrevActionReward(_TensorOpsLayer):
     """The LSTM's input with the previous action and reward: `[features, one_hot(a),
     r]` on the last axis. Action -1 (no previous action: an episode's first step, and
     padding) gives a zero one-hot.
@@ -77,7 +89,7 @@ class PrevActionReward(keras.layers.Layer):
         return {**super().get_config(), "nb_actions": self.nb_actions}
 
 
-class RewardStatistics(keras.layers.Layer):
+class RewardStatistics(_TensorOpsLayer):
     """The rewards seen so far, as two non-trainable float64 weights: `count` and
     `mean_square` (`E[r^2]`). Not part of the model's graph: the learner merges new
     rewards' moments into it (`merge`) and divides rewards by `scale()` in its update.

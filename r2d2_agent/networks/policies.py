@@ -82,7 +82,12 @@ class KerasPolicy:
             )
             return q[:, 0], tf.stack([h, c], axis=1)
 
-        self._step = tf.function(_step, input_signature=spec)
+        # AutoGraph only for an image model that asks for it, as in the learner's update:
+        # converting writes a /tmp/__autograph_generated_file*.py per converted function,
+        # which a killed actor leaves behind.
+        self._step = tf.function(
+            _step, input_signature=spec, autograph=self.network.needs_autograph
+        )
 
     def step(
         self,
