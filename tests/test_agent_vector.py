@@ -256,3 +256,20 @@ def test_cartpole_learns_with_four_envs():
     assert sorted(set(history.history["env"])) == [0, 1, 2, 3]
     assert agent.learner.updates > 500
     assert np.mean(returns[:10]) < 30 < 60 < np.mean(returns[-10:]), returns
+
+
+def test_train_until_solved_trains_on_n_envs_and_evaluates_on_one(make_config):
+    from r2d2_agent.testing import train_until_solved
+
+    made = []
+
+    def make_env():
+        made.append(ScriptedEnv(**ENDS_AT_7))
+        return made[-1]
+
+    agent = R2D2Agent(_config(make_config, (ENDS_AT_7,) * 3, memory_warmup=4))
+    agent.compile()
+    result = train_until_solved(agent, make_env, 60, eval_interval=30, eval_episodes=1)
+    assert len(made) == 4  # three to train on, one to evaluate
+    assert result["env_steps"] == 60 and [steps for steps, _ in result["evals"]] == [30, 60]
+    assert agent.step == 60  # 30 of the 3 envs twice

@@ -29,11 +29,14 @@ def train_until_solved(
 
     This is the protocol of the peer benchmarks (`shared/peers`): a greedy evaluation of
     `eval_episodes` episodes every `eval_interval` training env steps; "solved" is the first
-    evaluation whose mean return reaches `threshold`.
+    evaluation whose mean return reaches `threshold`. With `config.envs_per_actor = N > 1`
+    the agent trains on N envs from `make_env` (env steps of all N count) and evaluates
+    on one.
 
     Args:
         agent: A compiled `R2D2Agent`.
-        make_env: Zero-argument callable returning a gymnasium env.
+        make_env: Zero-argument callable returning a gymnasium env (called N + 1 times
+            with N envs per actor).
         nb_steps: Training budget in env steps.
         eval_interval: Env steps between evaluations.
         eval_episodes: Episodes per evaluation.
@@ -45,7 +48,9 @@ def train_until_solved(
         A dict with `solved_at` (env steps, or None), `solved_wall_s`, `evals` (list of
         (env steps, mean return)), `env_steps` and `wall_s`.
     """
-    train_env, eval_env = make_env(), make_env()
+    n = agent.config.envs_per_actor
+    train_env = make_env() if n == 1 else [make_env() for _ in range(n)]
+    eval_env = make_env()
     eval_env.reset(seed=eval_seed)
     start = time.perf_counter()
     steps = 0
