@@ -3,17 +3,21 @@
 A run's temporary resources outlive a process killed with SIGKILL (an OOM kill, a
 scheduler's `kill -9` of the whole process group, which takes Python's resource tracker
 with it): its weights segment (a POSIX shared-memory object, `/dev/shm/<name>` on Linux:
-RAM, about 15 MB at Atari size) and any file being written (a temporary file beside it:
-a checkpoint's is as large as the replay with `save_replay=True`). Every file the library
-writes whole (checkpoints, `save_weights` files, the run directory's `run.json`, the
-learning-curve and state-discrepancy plots, the state-discrepancy episodes and results,
-`r2d2-train`'s `result.json`) is written through `atomic_write`: to a temp file in the
-same directory, renamed over the target once complete, so the target is never partial.
-The segment's and the temp file's names carry their creator's *owner tag*, so that a
+RAM, about 15 MB at Atari size), any file being written (a temporary file beside it:
+a checkpoint's is as large as the replay with `save_replay=True`) and the manager's
+multiprocessing folder (the socket through which it hands actors' pipes to the learner;
+multiprocessing would name it `pymp-<random>`, which no later run could attribute).
+Every file the library writes whole (checkpoints, `save_weights` files, the run
+directory's `run.json`, the learning-curve and state-discrepancy plots, the
+state-discrepancy episodes and results, `r2d2-train`'s `result.json`) is written
+through `atomic_write`: to a temp file in the same directory, renamed over the target
+once complete, so the target is never partial.
+The segment's, the temp file's and the folder's names carry their creator's *owner tag*, so that a
 later run can tell whether it still lives:
 
     segment            /dev/shm/<prefix>_<tag>_<8 random hex>     e.g. r2d2_4242_81234567_…
     temp file          <dir>/.<target name>.<tag>.tmp           e.g. .ckpt-0000000100.h5.4242_…
+    mp folder          <temp dir>/r2d2mp_<tag>_<8 random hex>    e.g. /tmp/r2d2mp_4242_…
     tag (Linux)        <pid>_<start>_<host><boot><pidns>
     tag (elsewhere)    <pid>
 
@@ -31,12 +35,12 @@ the kernel's boot id and the PID namespace. The owner of a tag is
   without a start time (written on another OS, or by an older r2d2-agent).
 
 Only a dead owner's leftovers are removed automatically: `R2D2Manager.train` removes dead
-runs' segments before it creates its own; `CheckpointCallback` removes dead writers'
-temp files from its directory when training begins and whenever it prunes,
-`RunLogCallback` and `StateDiscrepancyCallback` from theirs when training begins, and
-every `atomic_write`
-those of its own target before it writes (the next `save_weights("w.h5")` removes the
-`.w.h5.<tag>.tmp` of a killed earlier one). A live run's are never touched, however many
+runs' segments and multiprocessing folders before it creates its own;
+`CheckpointCallback` removes dead writers' temp files from its directory when training
+begins and whenever it prunes, `RunLogCallback` and `StateDiscrepancyCallback` from
+theirs when training begins, and every `atomic_write` those of its own target before it
+writes (the next `save_weights("w.h5")` removes the `.w.h5.<tag>.tmp` of a killed
+earlier one). A live run's are never touched, however many
 runs share the machine. Unknown ones are listed and only removed by hand, on request:
 
     python -m r2d2_agent.leftovers [DIR ...]             # list (DIR: run, checkpoint or
@@ -60,19 +64,23 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import socket
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 __all__ = [
     "SHM_DIR",
     "Leftover",
     "atomic_write",
+    "find_mp_folders",
     "find_segments",
     "find_temp_files",
     "main",
     "owner_status",
     "owner_tag",
+    "reclaim_mp_folders",
     "reclaim_segments",
     "reclaim_temp_files",
     "remove_leftovers",
@@ -84,6 +92,9 @@ logger = logging.getLogger(__name__)
 
 SHM_DIR = "/dev/shm"
 """Where Linux shows POSIX shared-memory objects as files."""
+
+MP_FOLDER_PREFIX = "r2d2mp"
+"""The name prefix of a manager's multiprocessing folder (in `tempfile.gettempdir()`)."""
 
 ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
 
@@ -275,9 +286,10 @@ class Leftover:
     """A segment or temporary file and its owner.
 
     Attributes:
-        kind: `"segment"` (shared memory) or `"temp file"` (a file being written:
-            checkpoint, weights, run log, plot, result).
-        path: Its file (`/dev/shm/<name>` for a segment).
+        kind: `"segment"` (shared memory), `"temp file"` (a file being written:
+            checkpoint, weights, run log, plot, result) or `"mp folder"` (a manager's
+            multiprocessing folder, removed with what it holds).
+        path: Its file (`/dev/shm/<name>` for a segment) or folder.
         nbytes: Its size in bytes.
         pid: Its owner's PID.
         owner: `"alive"`, `"dead"` or `"unknown"` (see the module docstring).
@@ -327,6 +339,24 @@ def find_segments(shm_dir: str = SHM_DIR) -> list[Leftover]:
     return found
 
 
+def find_mp_folders(temp_dir: str | None = None) -> list[Leftover]:
+    """Managers' multiprocessing folders (`r2d2mp_<tag>_<8 hex>`, every run's, live or
+    not) in `temp_dir` (default `tempfile.gettempdir()`), sorted by path."""
+    temp_dir = tempfile.gettempdir() if temp_dir is None else temp_dir
+    found = []
+    for name in sorted(os.listdir(temp_dir)):
+        match = _SEGMENT_RE.match(name)
+        path = os.path.join(temp_dir, name)
+        if match is None or match["prefix"] != MP_FOLDER_PREFIX or match["start"] is None:
+            continue
+        if not os.path.isdir(path) or os.path.islink(path):
+            continue
+        leftover = _judge("mp folder", path, int(match["pid"]), int(match["start"]), match["scope"])
+        if leftover is not None:
+            found.append(leftover)
+    return found
+
+
 def find_temp_files(
     directory: str | os.PathLike[str], recursive: bool = False, target: str | None = None
 ) -> list[Leftover]:
@@ -366,7 +396,10 @@ def remove_leftovers(
         if leftover.owner == ALIVE or (leftover.owner == UNKNOWN and not include_unknown):
             continue
         try:
-            os.unlink(leftover.path)
+            if leftover.kind == "mp folder":
+                shutil.rmtree(leftover.path)
+            else:
+                os.unlink(leftover.path)
         except FileNotFoundError:
             continue
         except PermissionError as exc:
@@ -404,6 +437,11 @@ def reclaim_segments(shm_dir: str = SHM_DIR) -> list[Leftover]:
     return _reclaim(lambda: find_segments(shm_dir), shm_dir)
 
 
+def reclaim_mp_folders(temp_dir: str | None = None) -> list[Leftover]:
+    """Removes the multiprocessing folders of dead managers (logged); returns them."""
+    return _reclaim(lambda: find_mp_folders(temp_dir), temp_dir or tempfile.gettempdir())
+
+
 def reclaim_temp_files(
     directory: str | os.PathLike[str], target: str | None = None
 ) -> list[Leftover]:
@@ -419,9 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m r2d2_agent.leftovers`: lists (and with `--remove` removes) leftovers."""
     parser = argparse.ArgumentParser(
         prog="r2d2-leftovers",
-        description="List r2d2-agent's shared-memory segments and the temp files of its "
-        "interrupted writes (checkpoints, weights, run logs, plots, results), with their "
-        "owners (alive, dead or unknown); remove the dead owners' ones.",
+        description="List r2d2-agent's shared-memory segments, its managers' "
+        "multiprocessing folders and the temp files of its interrupted writes (checkpoints, "
+        "weights, run logs, plots, results), with their owners (alive, dead or unknown); "
+        "remove the dead owners' ones.",
     )
     parser.add_argument(
         "directories",
@@ -443,7 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for directory in args.directories:
         if not os.path.isdir(directory):
             parser.error(f"{directory!r} is not a directory")
-    found = find_segments()
+    found = find_segments() + find_mp_folders()
     for directory in args.directories:
         found += find_temp_files(directory, recursive=True)
     removed = remove_leftovers(found, args.unknown) if args.remove else []
@@ -458,7 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{mark:8} {leftover.kind:9} {leftover.nbytes / 1e6:10.1f} MB  {leftover.path}"
             f"  ({leftover.reason})"
         )
-    where = f"{SHM_DIR}" + "".join(f", {d}" for d in args.directories)
+    where = f"{SHM_DIR}, {tempfile.gettempdir()}" + "".join(f", {d}" for d in args.directories)
     print(f"{len(found)} found ({where}), {len(removed)} removed", file=sys.stderr)
     return 0
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import functools
 import json
+import multiprocessing.process
+import multiprocessing.util
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,11 +29,14 @@ import pytest
 from r2d2_agent import leftovers
 from r2d2_agent.callbacks import CheckpointCallback
 from r2d2_agent.checkpoints import prune_checkpoints
+from r2d2_agent.distributed.mp.temp_folder import use_owner_tagged_folder
 from r2d2_agent.leftovers import (
+    find_mp_folders,
     find_segments,
     find_temp_files,
     owner_status,
     owner_tag,
+    reclaim_mp_folders,
     reclaim_segments,
     reclaim_temp_files,
     segment_name,
@@ -45,13 +51,16 @@ _OWNER_SCRIPT = textwrap.dedent(
     """
     import sys
     from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
+    from r2d2_agent.distributed.mp.temp_folder import use_owner_tagged_folder
     from r2d2_agent.leftovers import temp_path
 
     segment = SharedWeights.create(WeightsSpec(((16,),), ("<f4",)), name_prefix=sys.argv[1])
     temp = temp_path(sys.argv[2])
     with open(temp, "wb") as file:   # a checkpoint half written
         file.write(b"x" * 1000)
-    print(segment.name, temp, flush=True)
+    folder = use_owner_tagged_folder()  # as a manager's, with a socket in it
+    open(folder + "/listener-x", "wb").close()
+    print(segment.name, temp, folder, flush=True)
     sys.stdin.read()                 # until the test closes our stdin (or kills us)
     segment.close()
     segment.unlink()
@@ -60,7 +69,8 @@ _OWNER_SCRIPT = textwrap.dedent(
 
 
 def _start_owner(prefix: str, checkpoint: pathlib.Path) -> SimpleNamespace:
-    """A process in a session of its own that owns a segment and a checkpoint temp file."""
+    """A process in a session of its own that owns a segment, a checkpoint temp file and
+    a multiprocessing folder."""
     env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)}
     proc = subprocess.Popen(
         [sys.executable, "-c", _OWNER_SCRIPT, prefix, str(checkpoint)],
@@ -70,8 +80,8 @@ def _start_owner(prefix: str, checkpoint: pathlib.Path) -> SimpleNamespace:
         env=env,
         start_new_session=True,
     )
-    name, temp = proc.stdout.readline().split()
-    return SimpleNamespace(proc=proc, segment=f"/dev/shm/{name}", temp=temp)
+    name, temp, folder = proc.stdout.readline().split()
+    return SimpleNamespace(proc=proc, segment=f"/dev/shm/{name}", temp=temp, folder=folder)
 
 
 def _kill_group(owner: SimpleNamespace) -> None:
@@ -100,6 +110,7 @@ def dead_and_live(tmp_path):
     _stop(live)
     for path in (dead.segment, dead.temp):
         pathlib.Path(path).unlink(missing_ok=True)
+    shutil.rmtree(dead.folder, ignore_errors=True)
 
 
 def _tag(pid: int, start: int, scope: str) -> str:
@@ -204,16 +215,50 @@ def test_reclaiming_temp_files_removes_dead_writers_only(tmp_path):
 
 # ----------------------------------------------------------------- real owners -----
 @linux_only
-def test_a_killed_owner_leaves_a_segment_and_a_temp_file_that_are_then_reclaimed(dead_and_live):
+def test_a_killed_owner_leaves_a_segment_a_temp_file_and_a_folder_that_are_then_reclaimed(
+    dead_and_live,
+):
     run = dead_and_live
     assert os.path.exists(run.dead.segment) and os.path.exists(run.dead.temp)
-    owners = {x.path: x.owner for x in find_segments() + find_temp_files(run.folder)}
-    assert owners[run.dead.segment] == owners[run.dead.temp] == "dead"
-    assert owners[run.live.segment] == owners[run.live.temp] == "alive"
+    assert os.path.exists(os.path.join(run.dead.folder, "listener-x"))
+    found = find_segments() + find_temp_files(run.folder) + find_mp_folders()
+    owners = {x.path: x.owner for x in found}
+    assert owners[run.dead.segment] == owners[run.dead.temp] == owners[run.dead.folder] == "dead"
+    assert owners[run.live.segment] == owners[run.live.temp] == owners[run.live.folder] == "alive"
     reclaim_segments()
     reclaim_temp_files(run.folder)
-    assert not os.path.exists(run.dead.segment) and not os.path.exists(run.dead.temp)
-    assert os.path.exists(run.live.segment) and os.path.exists(run.live.temp)
+    reclaim_mp_folders()
+    for path in (run.dead.segment, run.dead.temp, run.dead.folder):
+        assert not os.path.exists(path)
+    for path in (run.live.segment, run.live.temp, run.live.folder):
+        assert os.path.exists(path)
+
+
+@linux_only
+def test_an_owner_that_exits_normally_removes_its_folder(dead_and_live):
+    live = dead_and_live.live
+    live.proc.stdin.close()
+    live.proc.wait(30)
+    assert not os.path.exists(live.folder)
+
+
+def test_a_multiprocessing_folder_in_use_is_kept(monkeypatch, tmp_path):
+    config = multiprocessing.process.current_process()._config
+    monkeypatch.setitem(config, "tempdir", str(tmp_path))  # multiprocessing made one already
+    assert use_owner_tagged_folder() == str(tmp_path)
+    assert config["tempdir"] == str(tmp_path)
+
+
+def test_the_folder_is_the_processs_multiprocessing_folder_and_names_its_owner(monkeypatch):
+    config = multiprocessing.process.current_process()._config
+    monkeypatch.delitem(config, "tempdir", raising=False)
+    folder = use_owner_tagged_folder()
+    try:
+        assert multiprocessing.util.get_temp_dir() == folder
+        assert os.path.basename(folder).startswith(f"r2d2mp_{owner_tag()}_")
+        assert [x.path for x in find_mp_folders() if x.pid == os.getpid()] == [folder]
+    finally:
+        shutil.rmtree(folder)
 
 
 @linux_only
@@ -242,12 +287,15 @@ def test_the_command_lists_then_removes_the_dead_owners_leftovers(dead_and_live,
     assert leftovers.main([str(run.folder)]) == 0
     listed = capsys.readouterr().out
     assert "dead     segment" in listed and run.dead.segment in listed
+    assert "dead     mp folder" in listed and run.dead.folder in listed
     assert run.dead.temp in listed and run.live.temp in listed
     assert os.path.exists(run.dead.segment)  # listing removes nothing
     assert leftovers.main(["--remove", str(run.folder)]) == 0
     assert "removed  segment" in capsys.readouterr().out
     assert not os.path.exists(run.dead.segment) and not os.path.exists(run.dead.temp)
+    assert not os.path.exists(run.dead.folder)
     assert os.path.exists(run.live.segment) and os.path.exists(run.live.temp)
+    assert os.path.exists(run.live.folder)
 
 
 @pytest.mark.parametrize("argv", [["--unknown"], ["/no/such/directory"]])
@@ -277,14 +325,15 @@ def test_the_next_manager_run_removes_a_killed_runs_segment_and_keeps_a_live_run
         with R2D2Manager(factory, config, actor_num=1, progress=False) as manager:
             result = manager.train(nb_steps=100, max_seconds=120)
         assert result.env_steps >= 100
-        assert not os.path.exists(killed.segment)
-        assert os.path.exists(concurrent.segment)
+        assert not os.path.exists(killed.segment) and not os.path.exists(killed.folder)
+        assert os.path.exists(concurrent.segment) and os.path.exists(concurrent.folder)
         mine = [x for x in find_segments() if x.pid == os.getpid()]
         assert mine == []
     finally:
         _stop(concurrent)
         for path in (killed.segment, killed.temp):
             pathlib.Path(path).unlink(missing_ok=True)
+        shutil.rmtree(killed.folder, ignore_errors=True)
 
 
 # ----------------------------------------------------------------- atomic writes ----

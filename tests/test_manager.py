@@ -27,6 +27,7 @@ from interrupting import interrupt_script, run_script
 from r2d2_agent.config import InputType
 from r2d2_agent.distributed import R2D2Manager, R2D2ProcessError, TrainResult, describe_exit
 from r2d2_agent.distributed.supervision import stop_signals
+from r2d2_agent.leftovers import find_mp_folders, reclaim_mp_folders
 from r2d2_agent.networks.numpy_net import weight_layout
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -711,6 +712,15 @@ def _running(pid: int) -> bool:
 def test_children_of_a_dead_manager_exit_on_their_own(orphans):
     assert orphans.exitcode == -signal.SIGKILL
     assert [pid for pid in orphans.children if _running(pid)] == []
+
+
+def test_a_dead_managers_multiprocessing_folder_names_it_and_the_next_run_can_reclaim_it(
+    orphans,
+):
+    folders = [x for x in find_mp_folders() if x.pid == orphans.pid]
+    assert [x.owner for x in folders] == ["dead"]  # not an anonymous pymp-<random>
+    reclaim_mp_folders()
+    assert not os.path.exists(folders[0].path)
 
 
 def test_children_of_a_dead_manager_log_one_line_each_not_a_traceback(orphans):

@@ -51,10 +51,11 @@ from r2d2_agent.distributed.mp.children import ChildProcess, child_error, spawn_
 from r2d2_agent.distributed.mp.entrypoints import actor_main, learner_main
 from r2d2_agent.distributed.mp.shared_state import Heartbeats, RunCounters, SharedFlag
 from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
+from r2d2_agent.distributed.mp.temp_folder import use_owner_tagged_folder
 from r2d2_agent.distributed.reports import MAIN_GUARD_HINT, Progress, describe_exit
 from r2d2_agent.distributed.spec import ActorStart, LearnerStart, RunSpec, TrainLimits
 from r2d2_agent.distributed.supervision import BackendSupervisor
-from r2d2_agent.leftovers import reclaim_segments
+from r2d2_agent.leftovers import reclaim_mp_folders, reclaim_segments
 
 __all__ = ["Supervisor"]
 
@@ -122,6 +123,8 @@ class Supervisor(BackendSupervisor):
 
     def _start(self) -> None:
         reclaim_segments()  # those of runs killed before they could unlink them; never a live one's
+        reclaim_mp_folders()  # likewise
+        use_owner_tagged_folder()  # not an anonymous pymp-<random> a SIGKILL would leave
         self._start_learner()
         while self.weights_spec is None and not self._limit_reached():
             self._poll()
