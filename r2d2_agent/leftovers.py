@@ -11,9 +11,9 @@ Every file the library writes whole (checkpoints, `save_weights` files, the run
 directory's `run.json`, the learning-curve and state-discrepancy plots, the
 state-discrepancy episodes and results, `r2d2-train`'s `result.json`) is written
 through `atomic_write`: to a temp file in the same directory, renamed over the target
-once complete, so the target is never partial.
-The segment's, the temp file's and the folder's names carry their creator's *owner tag*, so that a
-later run can tell whether it still lives:
+once complete, so the target is never partial. The segment's, the temp file's and the
+folder's names carry their creator's *owner tag*, so that a later run can tell whether
+it still lives:
 
     segment            /dev/shm/<prefix>_<tag>_<8 random hex>     e.g. r2d2_4242_81234567_…
     temp file          <dir>/.<target name>.<tag>.tmp           e.g. .ckpt-0000000100.h5.4242_…
@@ -40,8 +40,8 @@ runs' segments and multiprocessing folders before it creates its own;
 begins and whenever it prunes, `RunLogCallback` and `StateDiscrepancyCallback` from
 theirs when training begins, and every `atomic_write` those of its own target before it
 writes (the next `save_weights("w.h5")` removes the `.w.h5.<tag>.tmp` of a killed
-earlier one). A live run's are never touched, however many
-runs share the machine. Unknown ones are listed and only removed by hand, on request:
+earlier one). A live run's are never touched, however many runs share the machine.
+Unknown ones are listed and only removed by hand, on request:
 
     python -m r2d2_agent.leftovers [DIR ...]             # list (DIR: run, checkpoint or
                                                          # weights dirs, searched)
