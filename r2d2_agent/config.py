@@ -187,9 +187,12 @@ class R2D2Config:
     epsilon_start: float | None = None
     """ε at an actor's first env step, annealed linearly to its final ε (`epsilon`, or
     its Ape-X ε_i) over `epsilon_anneal_steps` of its env steps, as DQN does; None keeps
-    ε fixed (the paper's actors). A probability in [0, 1]."""
+    ε fixed (the paper's actors). With N envs per actor every env anneals over the
+    actor's env steps of all N, so the ramp lasts as many env steps whatever N. A
+    probability in [0, 1]."""
     epsilon_anneal_steps: int = 0
-    """Env steps (of each actor) of the ε ramp from `epsilon_start`; 0 means no ramp."""
+    """Env steps (of each actor, all its envs counted) of the ε ramp from
+    `epsilon_start`; 0 means no ramp."""
     test_epsilon: float = 0.0
     """ε of `R2D2Agent.test` and evaluations, a probability in [0, 1] (0 = greedy)."""
     seed: int | None = None

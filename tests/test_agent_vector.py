@@ -212,11 +212,26 @@ def test_nb_steps_train_interval_and_sync_count_env_steps_of_all_envs(make_confi
     assert trained_at and trained_at == list(range(trained_at[0], 103, 2))
     assert agent.learner.updates == len(trained_at)
     assert synced_at == [12, 24, 36, 48, 60, 72, 84, 96]  # between batched steps
-    # Each env anneals over its own env steps (the agent's over 3): 34 of 20.
+    # Each env anneals over the agent's env steps (all 3 envs): past the ramp of 20.
     assert agent._vector_actor.epsilons == pytest.approx(agent.vector_epsilons)
 
     agent.fit([ScriptedEnv(**kwargs) for kwargs in envs], nb_steps=9, verbose=0)
     assert agent.step == 111  # the count goes on over fit calls
+
+
+def test_each_env_anneals_its_epsilon_over_env_steps_of_all_envs(make_config):
+    """The ramp lasts `epsilon_anneal_steps` env steps whatever N (as the agent's other
+    counts): 30 env steps of 3 envs are 30 steps into a ramp of 90, not 10."""
+    from r2d2_agent.math import annealed_epsilon
+
+    envs = (NEVER_ENDS, TRUNCATES, ENDS_AT_7)
+    config = _config(make_config, envs, epsilon_start=1.0, epsilon_anneal_steps=90)
+    agent = R2D2Agent(config)
+    agent.compile()
+    agent.fit([ScriptedEnv(**kwargs) for kwargs in envs], nb_steps=30, verbose=0)
+    assert agent.step == 30
+    want = [annealed_epsilon(1.0, final, 90, 30) for final in agent.vector_epsilons]
+    assert agent._vector_actor.epsilons == pytest.approx(want)
 
 
 def test_the_number_of_envs_must_be_envs_per_actor(make_config):
@@ -244,7 +259,7 @@ def test_cartpole_learns_with_four_envs():
     config = cartpole_config(
         seed=0,
         envs_per_actor=4,
-        epsilon_anneal_steps=200,  # each env's: 800 env steps of the 4
+        epsilon_anneal_steps=800,  # env steps of the 4 envs
         lstm_units=16,
         dense_units=32,
         batch_size=16,

@@ -66,8 +66,8 @@ class ActorRunner(VectorObserver):
             env steps (of all its envs).
         epsilon: Exploration rate of each env (e.g. their Ape-X epsilon_i), or one rate
             for all; with `config.epsilon_start` each env starts there and anneals to its
-            rate over `config.epsilon_anneal_steps` of its env steps (the actor's env steps
-            over N).
+            rate over `config.epsilon_anneal_steps` env steps of the actor (all its envs:
+            the ramp lasts as many env steps whatever N).
         seed: Env `j` is seeded with `seed + j` (its first reset and its exploration).
         send_batch_size: Items gathered before one `send` (also sent after a step in
             which an episode ended).
@@ -238,10 +238,9 @@ class ActorRunner(VectorObserver):
 
     def _anneal_epsilon(self) -> None:
         config = self.config
-        env_steps = self.steps // self.num_envs  # each env's share of the actor's steps
         for actor, final in zip(self.actor.actors, self.final_epsilons, strict=True):
             actor.epsilon = annealed_epsilon(
-                config.epsilon_start, final, config.epsilon_anneal_steps, env_steps
+                config.epsilon_start, final, config.epsilon_anneal_steps, self.steps
             )
 
     # Experience out, weights in ------------------------------------------------------

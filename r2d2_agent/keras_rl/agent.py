@@ -258,13 +258,12 @@ class R2D2Agent(rl_core.Agent):
         )
 
     def _anneal_vector_epsilons(self) -> None:
-        """Each env's rate at its env step (the agent's steps over N), with
+        """Each env's rate at the agent's env step (all N envs), with
         `config.epsilon_start` on the ramp to its final rate."""
         config = self.config
-        env_steps = self.step // config.envs_per_actor
         for actor, final in zip(self._vector_actor.actors, self.vector_epsilons, strict=True):
             actor.epsilon = annealed_epsilon(
-                config.epsilon_start, final, config.epsilon_anneal_steps, env_steps
+                config.epsilon_start, final, config.epsilon_anneal_steps, self.step
             )
 
     def _make_vector_actor(self) -> R2D2VectorActor:
@@ -537,7 +536,7 @@ class R2D2Agent(rl_core.Agent):
         its own recurrent state, frame stack, episodes (one that ends resets alone),
         sequences (env `j` on replay stream `j + 1`), seed (`config.seed + j`) and
         exploration rate (`vector_epsilons`: the Ape-X schedule over the N envs, each
-        annealed over its own env steps with `config.epsilon_start`), exactly as one
+        annealed over env steps of all N with `config.epsilon_start`), exactly as one
         distributed actor of N envs. `nb_steps`, `train_interval`, `actor_sync_interval`
         and `self.step` count env steps of all N envs; the limit is checked before each
         step of the N envs, so up to N-1 more env steps may be taken. Weights are synced
