@@ -590,6 +590,26 @@ def test_frozen_children_are_killed_and_reaped(stalled_children):
     assert stalled_children.alive == []  # no stopped process, no zombie
 
 
+# ------------------------------------------------- handing a pipe to the learner ------
+def test_failing_to_hand_an_actors_pipe_to_the_learner_raises_instead_of_hanging(
+    manager_config, monkeypatch
+):
+    """Handing the learner an actor's pipe goes through multiprocessing's resource
+    sharer (a socket in a temp folder); if that fails the run must say so, not go on
+    with an actor nobody reads (it hung until its time limit)."""
+    import multiprocessing.resource_sharer
+
+    def no_sharer(fd):
+        raise OSError(f"resource sharer unavailable for fd {fd}")
+
+    monkeypatch.setattr(multiprocessing.resource_sharer, "DupFd", no_sharer)
+    manager = R2D2Manager(CARTPOLE, manager_config(**NO_TRAINING), actor_num=1, progress=False)
+    started = time.monotonic()
+    with pytest.raises(OSError, match="resource sharer unavailable"):
+        manager.train(nb_steps=100, max_seconds=120)
+    assert time.monotonic() - started < 60
+
+
 # ------------------------------------------------------ a learner-update limit ------
 _NB_TRAINS_SCRIPT = textwrap.dedent("""
     import functools

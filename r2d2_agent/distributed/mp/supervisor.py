@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
@@ -277,8 +278,12 @@ class Supervisor(BackendSupervisor):
             exp_r.close()
 
     def _send_control(self, message: WeightsSegment | ConnectActor) -> None:
+        # Pickled first, outside the `try`: handing a pipe over (`ConnectActor`) starts
+        # multiprocessing's resource sharer, whose failure (an OSError too) must raise,
+        # not pass for a learner that is gone and leave the actor unread.
+        payload = ForkingPickler.dumps(message)
         try:
-            self.control.send(message)
+            self.control.send_bytes(payload)
         except OSError:  # the learner is gone; the next _poll reports why
             logger.debug("control pipe closed while sending %s", type(message).__name__)
 

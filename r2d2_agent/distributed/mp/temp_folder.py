@@ -27,7 +27,9 @@ logger = logging.getLogger(__name__)
 
 def use_owner_tagged_folder() -> str:
     """Makes an owner-tagged folder this process's multiprocessing temp folder, unless it
-    already has one (multiprocessing used it before: that folder is kept).
+    already has one that exists (multiprocessing used it before: that folder is kept).
+    One that was removed meanwhile (a temp cleaner in a long-lived notebook process) is
+    replaced: multiprocessing would fail to create its socket there.
 
     Multiprocessing keeps the folder in the process's `_config["tempdir"]`, which is
     where `multiprocessing.util.get_temp_dir` looks first; the folder is removed at exit
@@ -38,7 +40,7 @@ def use_owner_tagged_folder() -> str:
     """
     config = multiprocessing.process.current_process()._config  # noqa: SLF001
     folder = config.get("tempdir")
-    if folder is None:
+    if folder is None or not os.path.isdir(folder):
         folder = os.path.join(tempfile.gettempdir(), segment_name(MP_FOLDER_PREFIX))
         os.mkdir(folder, 0o700)
         multiprocessing.util.Finalize(
