@@ -206,7 +206,7 @@ def memory_config(
     0-4, RecurrentPPO's beside it): "repeat the symbol 4 steps back" (a reward every step)
     0.95 (0.42), a 5-step T-maze 1.00 (1.00), a 20-step T-maze with `memory_span=20`
     1.00 (0.65), a cue named 30 steps later 0.80 with the 64 steps `memory_span=31`
-    gives (-0.10; 0.50 with a 32-step window); "repeat 8 steps back" -0.43 (-0.05;
+    gives (-0.10; 0.50 with a 32-step window); "repeat 8 steps back" -0.44 (-0.11;
     both near chance). For control tasks whose reward is
     survival (masked CartPole) keep `masked_cartpole_config`: with one-step returns this
     preset is slower and less steady there. See the README's "Choosing settings for your
