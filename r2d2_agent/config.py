@@ -257,8 +257,10 @@ class R2D2Config:
         if not (isinstance(self.image_scale, (int, float)) and 0 < self.image_scale < math.inf):
             raise ValueError(f"image_scale must be a number > 0, got {self.image_scale!r}")
         _check_range("epsilon_alpha", self.epsilon_alpha, 0.0, math.inf)
-        rates = ("learning_rate", "adam_epsilon", "learning_rate_final")
-        for name in rates if self.learning_rate_final is not None else rates[:2]:
+        rates = ["learning_rate", "adam_epsilon"]
+        if self.learning_rate_final is not None:
+            rates.append("learning_rate_final")
+        for name in rates:
             value = getattr(self, name)
             _check_range(name, value, 0.0, math.inf)
             if value == 0:

@@ -160,9 +160,9 @@ def memory_window(memory_span: int) -> dict[str, int]:
     the learner trains on the same number of steps per env step as with the 16-step
     window. Measured on the memory suite (benchmarks/RESULTS.md, "Memory suite, seeds
     0-4"): a 20-step T-maze with a 32-step window reached a median best greedy of 0.45
-    over seeds 0-4, with 64 steps 1.00; a cue named 30 steps later 0.50 / 0.80 / 0.50 with
-    32 steps, 0.80 / 0.80 / 1.00 with 64 (seeds 0-2); "repeat 8 steps back" was at chance
-    with 16 and with 32.
+    over seeds 0-4, with 64 steps 1.00; a cue named 30 steps later a median of 0.50 with
+    32 steps, 0.80 with 64 (seeds 0-4); "repeat 8 steps back" was at chance with 16 and
+    with 32.
 
     Args:
         memory_span: The longest gap, in env steps, between an observation and the step
@@ -207,10 +207,9 @@ def memory_config(
     0.95 (0.42), a 5-step T-maze 1.00 (1.00), a 20-step T-maze with `memory_span=20`
     1.00 (0.65), a cue named 30 steps later 0.80 with the 64 steps `memory_span=31`
     gives (-0.10; 0.50 with a 32-step window); "repeat 8 steps back" -0.44 (-0.11;
-    both near chance). For control tasks whose reward is
-    survival (masked CartPole) keep `masked_cartpole_config`: with one-step returns this
-    preset is slower and less steady there. See the README's "Choosing settings for your
-    task".
+    both near chance). For control tasks whose reward is survival (masked CartPole) keep
+    `masked_cartpole_config`: with one-step returns this preset is slower and less steady
+    there. See the README's "Choosing settings for your task".
 
     Values (every other field keeps `R2D2Config`'s default)::
 
