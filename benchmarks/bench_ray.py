@@ -6,7 +6,8 @@ Sections (one JSON object is printed at the end):
   free-running: ``rate_limit=False``), env steps/s in total and learner updates/s over the
   steady part of a ``--seconds`` run, with ``backend="multiprocessing"`` and
   ``backend="ray"`` (a local Ray started once for all its runs, as on a one-node
-  cluster), run one after the other in this process.
+  cluster, and given ``--ray-settle`` seconds to start its idle workers), run one after
+  the other in this process.
 * ``weights``: one weights publish (``ray.put`` of the arrays + registering the reference
   with the run's board) and one fetch by another process (asking the board for the
   reference, as an actor's report does, + ``ray.get`` by reference + a writable copy),
@@ -42,8 +43,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_manager  # noqa: E402  (a sibling script)
 
 
-def run_throughput(actor_counts: list[int], seconds: float, backends: list[str]) -> list[dict]:
-    """Free-running runs per backend and actor count (Ray started once, then reused)."""
+def run_throughput(
+    actor_counts: list[int], seconds: float, backends: list[str], ray_settle: float = 10.0
+) -> list[dict]:
+    """Free-running runs per backend and actor count (Ray started once, then reused).
+
+    Ray starts one idle Python worker per CPU it is given; their start-up (a few CPU
+    seconds each) would fall into the first Ray run's measured part, so the runs begin
+    `ray_settle` seconds after `ray.init`.
+    """
     import ray
 
     rows = []
@@ -55,6 +63,7 @@ def run_throughput(actor_counts: list[int], seconds: float, backends: list[str])
         return rows
     os.environ.setdefault("RAY_worker_niceness", "0")  # as a Ray the manager starts itself
     ray.init(num_cpus=max(os.cpu_count() or 1, 1 + max(actor_counts)), include_dashboard=False)
+    time.sleep(ray_settle)
     try:
         for actors in actor_counts:
             row = bench_manager.run_throughput(
@@ -298,6 +307,12 @@ def main() -> None:
     )
     parser.add_argument("--experience-steps", type=int, default=5000)
     parser.add_argument(
+        "--ray-settle",
+        type=float,
+        default=10.0,
+        help="seconds between ray.init and the first Ray throughput run (Ray's idle workers start)",
+    )
+    parser.add_argument(
         "--sections",
         nargs="+",
         default=["throughput", "weights", "experience", "calls"],
@@ -315,7 +330,9 @@ def main() -> None:
     if "weights" in args.sections:
         out["weights"] = run_weights(args.repeats)
     if "throughput" in args.sections:
-        out["throughput"] = run_throughput(args.actors, args.seconds, args.backends)
+        out["throughput"] = run_throughput(
+            args.actors, args.seconds, args.backends, args.ray_settle
+        )
     print(json.dumps(out, indent=2))
 
 

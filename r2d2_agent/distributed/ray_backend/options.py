@@ -46,18 +46,21 @@ class RayOptions:
     """Experience batches (`send_batch_size` sequences each) the learner holds before a
     sending actor waits: the back-pressure bound (the inbox counts sequences, so a call
     carrying several batches counts as several)."""
-    send_ahead: int = 4
+    send_ahead: int = 16
     """Batches (`send_batch_size` sequences each) an actor gathers while its previous
     `put_experience` call is in flight, all sent in its next call; with as many gathered,
     it waits for that call. 1: every send waits for the previous call. An actor is then at
     most about `2 * send_ahead` batches ahead of what the learner's inbox took."""
-    send_interval: float = 0.02
+    send_interval: float = 0.05
     """Seconds between two `put_experience` calls of an actor while it has gathered fewer
     than `send_ahead` batches (its batches wait for the next call meanwhile): fewer,
     larger calls (each Ray call costs the actor about a millisecond on a busy machine);
     0: a call per batch once the previous call is done."""
-    report_interval: float = 0.05
-    """Seconds between a process's reports to the run's board (counters, stop flag)."""
+    report_interval: float = 0.2
+    """Seconds between a process's reports to the run's board (counters, stop flag,
+    episode returns; the signs of life the stall watchdog reads): the delay before a
+    process sees a stop (Ctrl-C, a time limit, a learner's `nb_trains`), and the grain of
+    the progress output. 0.5 or more at hundreds of actors (one board serves them all)."""
     start_timeout: float = 300.0
     """Seconds a Ray actor may take to be placed and started (e.g. waiting for a node
     with free CPUs) before the run stops with an error instead of waiting forever."""
