@@ -414,7 +414,13 @@ def cluster():
     assert not ray.is_initialized()
     made = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 2, "object_store_memory": 150 * 2**20},
+        head_node_args={
+            "num_cpus": 2,
+            "object_store_memory": 150 * 2**20,
+            # Ray's dashboard runs a multiprocessing forkserver whose socket folder
+            # (/tmp/pymp-*) is left behind when the cluster is torn down.
+            "include_dashboard": False,
+        },
     )
     made.add_node(num_cpus=2, object_store_memory=150 * 2**20)
     made.wait_for_nodes()
