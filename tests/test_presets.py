@@ -206,3 +206,27 @@ def test_memory_config_overrides_win_over_the_memory_span():
 def test_memory_config_names_a_bad_memory_span():
     with pytest.raises(ValueError, match="memory_span"):
         presets.memory_config((3,), 2, memory_span=-3)
+
+
+# memory_config's each_step_scored ------------------------------------------------------------
+
+
+def test_memory_config_each_step_scored_looks_no_further_than_the_step():
+    assert presets.memory_config((3,), 2, each_step_scored=True).gamma == 0.0
+
+
+def test_memory_config_keeps_its_discount_when_rewards_come_later():
+    assert presets.memory_config((3,), 2).gamma == 0.95
+    assert presets.memory_config((3,), 2, each_step_scored=False).gamma == 0.95
+
+
+def test_memory_config_gamma_override_wins_over_each_step_scored():
+    assert presets.memory_config((3,), 2, each_step_scored=True, gamma=0.5).gamma == 0.5
+
+
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_memory_config_names_a_bad_each_step_scored(value):
+    with pytest.raises(
+        ValueError, match=re.escape(f"each_step_scored must be True or False, got {value!r}")
+    ):
+        presets.memory_config((3,), 2, each_step_scored=value)
