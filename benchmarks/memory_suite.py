@@ -2,8 +2,9 @@
 
 Tasks (`r2d2_agent.envs.memory`, plus CartPole): tmaze-5/20/50 (`TMaze(length)`), cue-10/30
 (`CueRecall(delay, 4 symbols)`), repeat-4/8 (`RepeatPrevious(k, 4 symbols, 50 steps)`),
-masked-cartpole, noisy-masked-cartpole (noise std 0.05), cartpole. Returns are normalised to
-[-1, 1] through each task's `score_range` (CartPole's: 0-500).
+repeat-6x8 (`RepeatPrevious(6, 8 symbols, 40 steps)`: a check of a rule on a task it was
+not built on), masked-cartpole, noisy-masked-cartpole (noise std 0.05), cartpole. Returns
+are normalised to [-1, 1] through each task's `score_range` (CartPole's: 0-500).
 
 Protocol, the same for both agents: 1 thread each (TensorFlow's intra/inter-op threads,
 `torch.set_num_threads(1)`); train to `--budget` env steps (every training env step
@@ -78,6 +79,7 @@ TASKS: dict[str, tuple[str, dict[str, Any], int]] = {
     "cue-30": ("CueRecall", {"delay": 30, "symbols": 4}, 2_500),
     "repeat-4": ("RepeatPrevious", {"k": 4, "symbols": 4, "length": 50}, 2_500),
     "repeat-8": ("RepeatPrevious", {"k": 8, "symbols": 4, "length": 50}, 2_500),
+    "repeat-6x8": ("RepeatPrevious", {"k": 6, "symbols": 8, "length": 40}, 2_500),
     "masked-cartpole": ("masked", {}, 5_000),
     "noisy-masked-cartpole": ("NoisyMaskedCartPole", {"noise_std": 0.05}, 5_000),
     "cartpole": ("cartpole", {}, 5_000),
