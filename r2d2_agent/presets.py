@@ -243,14 +243,11 @@ def memory_config(
         each_step_scored: True when every action is scored by its own reward at once and
             does not change what comes next (recall what was seen k steps ago, name what
             is shown, track a signal): then γ = 0, each step's Q-value is the reward its
-            action earns. "Repeat the symbol 8 steps back" went from a median best greedy
-            of -0.44 at γ 0.95 to 0.16 over seeds 0-4 (RecurrentPPO -0.11), "4 steps back"
-            from 0.95 to 1.00 over seeds 0-2, solved in a third of the env steps; on a
-            recall task it was not built on ("6 steps back", 8 symbols) -0.23 against
-            RecurrentPPO's -0.41 and -0.44 without it (medians, seeds 0-2). Leave it
-            False when a reward comes once, later (a cue named after a delay, a T-maze):
-            there γ = 0 lost the cue-30 task (0.00 / -0.10 against 0.80 / 0.80), whose
-            values carry the reward back over the delay.
+            action earns (the figures above; on a recall task it was not built on, "6
+            steps back" with 8 symbols, -0.23 against RecurrentPPO's -0.41, medians of
+            seeds 0-2). Leave it False when a reward comes once, later (a cue named after
+            a delay, a T-maze): there γ = 0 lost the cue-30 task (0.00 / -0.10 against
+            0.80 / 0.80), whose values carry the reward back over the delay.
         **overrides: Any other `R2D2Config` field (they win over `memory_span`'s and
             `each_step_scored`'s).
 
