@@ -53,6 +53,7 @@ CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 RUN = dict(memory_capacity=200, actor_sync_interval=50)
 NO_TRAINING = dict(memory_warmup=200)  # replay never fills: the learner only receives
 CLUSTER_CPUS = 4  # two nodes of 2 CPUs
+KILLED_ACTOR_BUDGET = 5000  # env steps of the run whose actor is killed after 200
 
 
 # Callbacks travel to the workers by value (this module is not importable there).
@@ -405,6 +406,66 @@ def test_actor_reporter_sends_one_report_at_a_time_and_counts_what_the_reply_ans
     assert reporter.stopped() is True
 
 
+@pytest.mark.parametrize(
+    ("total", "own", "nb_actors", "rate", "budget", "near"),
+    [
+        # one actor: the board's total is its own, nothing unseen
+        (1000, 50, 1, 500.0, 1050, True),
+        (1000, 50, 1, 500.0, 1051, False),
+        # two actors: 1000 + 2 x 50 + 1 x 500 steps/s x 2 x 0.2 s = 1300
+        (1000, 50, 2, 500.0, 1300, True),
+        (1000, 50, 2, 500.0, 1301, False),
+        # four actors: 1000 + 4 x 50 + 3 x 500 x 0.4 = 1800
+        (1000, 50, 4, 500.0, 1800, True),
+        (1000, 50, 4, 500.0, 1801, False),
+        # no rate measured yet: only the steps since the report
+        (1000, 50, 4, 0.0, 1200, True),
+        (1000, 50, 4, 0.0, 1201, False),
+    ],
+)
+def test_may_reach_budget_counts_the_other_actors_unreported_steps(
+    total, own, nb_actors, rate, budget, near
+):
+    assert workers.may_reach_budget(total, own, nb_actors, rate, 0.2, budget) is near
+
+
+def test_actor_reporter_near_the_budget_reports_at_every_step_from_its_rate(monkeypatch):
+    sent = []
+
+    class Board:
+        def __init__(self):
+            self.actor_report = SimpleNamespace(remote=self._report)
+
+        def _report(self, report):
+            sent.append(report)
+            call = _Call(pickle.dumps([]))
+            call.answer = ActorReply(stop=False, total_steps=2 * report.steps)  # 2 alike
+            return call
+
+    _fake_ray(monkeypatch, workers)
+    clock = [0.0]
+    monkeypatch.setattr(workers.time, "monotonic", lambda: clock[0])
+    reporter = workers._ActorBoardReporter(
+        Board(), 0, 0, 0, nb_steps=1000, nb_actors=2, interval=0.25
+    )
+    reporter.should_stop()
+    for steps in (100, 200, 300):  # 400 env steps/s, a report every 0.25 s
+        clock[0] += 0.25
+        reporter.on_steps(steps)
+        assert reporter.should_stop() is False
+    assert [r.steps for r in sent] == [0, 100, 200, 300]
+    clock[0] += 0.01  # no report due: the board said 400 as of step 200
+    reporter.on_steps(390)  # 400 + 2 x 190 + 1 x 400 steps/s x 2 x 0.25 s = 980
+    assert reporter.should_stop() is False and len(sent) == 4
+    reporter.on_steps(420)  # 400 + 2 x 220 + 200 = 1040: it may be there, so it reports
+    assert reporter.should_stop() is False and sent[-1].steps == 420
+    for steps in range(421, 500):  # and then at every step, until the board says 1000
+        reporter.on_steps(steps)
+        assert reporter.should_stop() is False and sent[-1].steps == steps
+    reporter.on_steps(500)
+    assert reporter.should_stop() is True and sent[-1].steps == 500
+
+
 # ----------------------------------------------------------------- a local cluster
 
 
@@ -549,7 +610,9 @@ def _killed_actor(cluster, config):
             os.kill(pid, signal.SIGKILL)
             killed["at"] = p.env_steps
 
-    result = manager.train(nb_steps=1200, max_seconds=240, on_progress=on_progress)
+    # A budget the actor cannot make within one report interval (0.2 s), so that the kill
+    # lands before the end of the run.
+    result = manager.train(nb_steps=KILLED_ACTOR_BUDGET, max_seconds=240, on_progress=on_progress)
     return SimpleNamespace(result=result, killed=killed, left_initialized=ray.is_initialized())
 
 
@@ -564,7 +627,7 @@ def test_ray_killed_actor_is_restarted(killed_actor):
 
 def test_ray_restarted_actor_finishes_the_run(killed_actor):
     result = killed_actor.result
-    assert result.stop_reason == "nb_steps" and result.env_steps >= 1200
+    assert result.stop_reason == "nb_steps" and result.env_steps >= KILLED_ACTOR_BUDGET
 
 
 def test_ray_started_by_the_manager_is_shut_down_after(killed_actor):

@@ -56,12 +56,14 @@ class RayOptions:
     than `send_ahead` batches (its batches wait for the next call meanwhile): fewer,
     larger calls (each Ray call costs the actor about a millisecond on a busy machine);
     0: a call per batch once the previous call is done."""
-    report_interval: float = 0.05
+    report_interval: float = 0.2
     """Seconds between a process's reports to the run's board (counters, stop flag,
     episode returns; the signs of life the stall watchdog reads): the delay before a
-    process sees a stop (Ctrl-C, a time limit, a learner's `nb_trains`), how far past
-    `nb_steps` a run may go, and the grain of the progress output. 0.5 or more at hundreds
-    of actors (one board serves them all)."""
+    process sees a stop (Ctrl-C, a time limit, a learner's `nb_trains`) and the grain of
+    the progress output. Near `nb_steps` an actor reports at every env step (from its
+    measured rate it knows when the run may get there), so a run stops within about one
+    step per actor of its budget whatever the interval. 0.5 or more at hundreds of actors
+    (one board serves them all)."""
     start_timeout: float = 300.0
     """Seconds a Ray actor may take to be placed and started (e.g. waiting for a node
     with free CPUs) before the run stops with an error instead of waiting forever."""

@@ -148,14 +148,45 @@ class _BoardPulse(KeepAliveLiveness):
                 self._board.set_busy.remote(self._who, False)
 
 
+def may_reach_budget(
+    total: int,
+    own_since_report: int,
+    nb_actors: int,
+    steps_per_second: float,
+    interval: float,
+    budget: int,
+) -> bool:
+    """Whether a run's env steps may reach `budget` before an actor's next report tells.
+
+    The board's `total` lags the run: it counts this actor's steps up to its last report,
+    and the other actors' up to theirs, each up to one report interval old when this
+    actor's report arrived and answered up to one interval later. So the estimate adds
+    this actor's steps since its report once per actor (the others are taken to step as
+    fast) and, for each other actor, two intervals of steps at this actor's rate.
+
+    Args:
+        total: The run's env steps in the board's last reply.
+        own_since_report: This actor's env steps since the report that reply answered.
+        nb_actors: Actors of the run.
+        steps_per_second: This actor's recent env steps per second (0 if not known yet).
+        interval: Seconds between an actor's reports.
+        budget: The run's env-step budget (`nb_steps`).
+
+    Returns:
+        True once the estimate reaches the budget: the actor then reports at every step.
+    """
+    unseen = (nb_actors - 1) * steps_per_second * 2.0 * interval
+    return total + own_since_report * nb_actors + unseen >= budget
+
+
 class _ActorBoardReporter:
     """`ActorProgress` reporting to the board; also the actor's stop condition.
 
     It reports every `interval` seconds without waiting: the reply (stop flag, the run's
     env steps, the latest weights) is taken at the next due report, and a new report goes
     only once the previous one was answered. Once the run's env steps may have reached
-    `nb_steps` it reports at every step and waits for the reply (so the budget is overshot
-    by about one step per actor).
+    `nb_steps` (`may_reach_budget`, from this actor's measured rate) it reports at every
+    step and waits for the reply (so the budget is overshot by about one step per actor).
     """
 
     def __init__(
@@ -183,6 +214,8 @@ class _ActorBoardReporter:
         self._stop = False
         self._weights: PublishedWeights | None = None
         self._in_flight: tuple[Any, int] | None = None  # (reply ref, steps it reported)
+        self._rate = 0.0  # this actor's env steps per second between its last reports
+        self._rate_mark: tuple[float, int] | None = None  # (time, steps) of a report
 
     def on_steps(self, total_steps: int) -> None:
         self._steps = total_steps
@@ -200,7 +233,20 @@ class _ActorBoardReporter:
         report = ActorReport(self._index, self._steps, self._episodes, tuple(self._returns), known)
         self._returns.clear()
         self._in_flight = (self._board.actor_report.remote(report), self._steps)
-        self._next_report = time.monotonic() + self._interval
+        now = time.monotonic()
+        self._measure_rate(now)
+        self._next_report = now + self._interval
+
+    def _measure_rate(self, now: float) -> None:
+        """Updates the env steps per second from the steps since the previous report
+        (measured over at least one interval)."""
+        if self._rate_mark is None:
+            self._rate_mark = (now, self._steps)
+            return
+        then, steps = self._rate_mark
+        if now - then >= self._interval and now > then:
+            self._rate = (self._steps - steps) / (now - then)
+            self._rate_mark = (now, self._steps)
 
     def _take(self, wait: bool) -> bool:
         """Reads the reply of the report in flight if there (or `wait`); whether none is
@@ -245,10 +291,15 @@ class _ActorBoardReporter:
     def should_stop(self) -> bool:
         """Whether the actor stops before its next env step."""
         budget = self._nb_steps
-        if budget is not None:
-            ahead = (self._steps - self._steps_at_report) * self._nb_actors
-            if self._total + ahead >= budget:
-                self.report()
+        if budget is not None and may_reach_budget(
+            self._total,
+            self._steps - self._steps_at_report,
+            self._nb_actors,
+            self._rate,
+            self._interval,
+            budget,
+        ):
+            self.report()
         return self.stopped() or (budget is not None and self._total >= budget)
 
 
