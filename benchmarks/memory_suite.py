@@ -12,7 +12,10 @@ counts); every `--eval-every` env steps a greedy evaluation of 20 episodes on a 
 env (seeded 10,000 + seed) is recorded (the curve). Reported per run: `best` and `final`
 normalised greedy means, `solved_at` (env steps of the first evaluation at or above
 `--threshold`, normalised), `stays_solved` (every later evaluation at or above it too),
-`wall_s` (training and evaluations) and `train_wall_s` (training alone). `--reward-scale`
+`wall_s` (training and evaluations) and `train_wall_s` (training alone), and the train
+seconds at each evaluation; the table's last column is the train seconds a run took to
+first match RecurrentPPO's best on the same seed (at equal results, who got there in
+less time). `--reward-scale`
 multiplies the training env's rewards (evaluations are reported unscaled), for the
 scale-invariance check.
 
@@ -121,16 +124,22 @@ def make_task(task: str, reward_scale: float = 1.0) -> tuple[Any, tuple[float, f
 
 
 def summarise_curve(
-    curve: list[tuple[int, float]], score_range: tuple[float, float], threshold: float
+    curve: list[tuple[float, ...]], score_range: tuple[float, float], threshold: float
 ) -> dict[str, Any]:
-    """Best/final normalised means, first step at the threshold, and whether it stays."""
+    """Best/final normalised means, first step at the threshold, and whether it stays.
+
+    Each point of `curve` is `(env_steps, mean)` or `(env_steps, mean, train_seconds)`
+    (training wall seconds so far, evaluations left out); a point of the summary's curve
+    is `[env_steps, mean, normalised mean]`, plus the train seconds when given.
+    """
     low, high = score_range
-    norm = [(steps, 2.0 * (mean - low) / (high - low) - 1.0) for steps, mean in curve]
+    norm = [(p[0], 2.0 * (p[1] - low) / (high - low) - 1.0) for p in curve]
     solved = [i for i, (_, n) in enumerate(norm) if n >= threshold - 1e-9]
     first = solved[0] if solved else None
     return {
         "curve": [
-            [s, round(m, 4), round(n, 4)] for (s, m), (_, n) in zip(curve, norm, strict=True)
+            [p[0], round(p[1], 4), round(n, 4), *(round(t, 1) for t in p[2:3])]
+            for p, (_, n) in zip(curve, norm, strict=True)
         ],
         "best": round(max(n for _, n in norm), 4) if norm else None,
         "final": round(norm[-1][1], 4) if norm else None,
@@ -156,9 +165,18 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- ours
 
 
-def log_eval(point: tuple[int, float], start: float) -> None:
+def train_seconds_to(record: dict[str, Any], level: float) -> float | None:
+    """Training wall seconds until a run's greedy evaluation first reached `level`
+    (normalised); None if it never did or its curve has no times (older records)."""
+    for point in record.get("curve", []):
+        if point[2] >= level - 1e-9:
+            return point[3] if len(point) > 3 else None
+    return None
+
+
+def log_eval(point: tuple[float, ...], start: float) -> None:
     """One progress line on stderr per evaluation (the suite keeps it in a log file)."""
-    steps, mean = point
+    steps, mean = point[:2]
     wall = time.perf_counter() - start
     print(f"[eval] env_steps={steps} mean={mean:.3f} wall={wall:.0f}s", file=sys.stderr, flush=True)
 
@@ -186,7 +204,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     agent = R2D2Agent(config)
     agent.compile()
     eval_env.reset(seed=10_000 + args.seed)
-    curve: list[tuple[int, float]] = []
+    curve: list[tuple[int, float, float]] = []
     train_wall = 0.0
     start = time.perf_counter()
     steps = 0
@@ -197,7 +215,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         train_wall += time.perf_counter() - t0
         steps += chunk
         history = agent.test(eval_env, nb_episodes=EVAL_EPISODES, visualize=False, verbose=0)
-        curve.append((steps, float(np.mean(history.history["episode_reward"]))))
+        curve.append((steps, float(np.mean(history.history["episode_reward"])), train_wall))
         log_eval(curve[-1], start)
     wall = time.perf_counter() - start
     return {
@@ -264,7 +282,7 @@ def run_rppo_here(args: argparse.Namespace) -> dict[str, Any]:
         device="cpu",
         verbose=0,
     )
-    curve: list[tuple[int, float]] = []
+    curve: list[tuple[int, float, float]] = []
     eval_wall = [0.0]
 
     class Evaluate(BaseCallback):
@@ -276,6 +294,7 @@ def run_rppo_here(args: argparse.Namespace) -> dict[str, Any]:
             if self.num_timesteps >= self.next:
                 self.next += args.eval_every
                 t0 = time.perf_counter()
+                trained = t0 - start - eval_wall[0]
                 sync_envs_normalization(self.training_env, eval_env)
                 returns, _ = evaluate_policy(
                     self.model,
@@ -284,7 +303,7 @@ def run_rppo_here(args: argparse.Namespace) -> dict[str, Any]:
                     deterministic=True,
                     return_episode_rewards=True,
                 )
-                curve.append((self.num_timesteps, float(np.mean(returns))))
+                curve.append((self.num_timesteps, float(np.mean(returns)), trained))
                 eval_wall[0] += time.perf_counter() - t0
                 log_eval(curve[-1], start)
             return True
@@ -295,12 +314,13 @@ def run_rppo_here(args: argparse.Namespace) -> dict[str, Any]:
     model.learn(total_timesteps=args.budget, callback=Evaluate())
     if not curve or curve[-1][0] < args.budget:
         t0 = time.perf_counter()
+        trained = t0 - start - eval_wall[0]
         sync_envs_normalization(venv, eval_env)
         returns, _ = evaluate_policy(
             model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True,
             return_episode_rewards=True,
         )  # fmt: skip
-        curve.append((model.num_timesteps, float(np.mean(returns))))
+        curve.append((model.num_timesteps, float(np.mean(returns)), trained))
         eval_wall[0] += time.perf_counter() - t0
     wall = time.perf_counter() - start
     return {
@@ -459,10 +479,17 @@ def markdown_table(records: list[dict[str, Any]], reward_scale: float = 1.0) -> 
         if "error" in r or float(r["reward_scale"]) != float(reward_scale):
             continue
         groups.setdefault((r["task"], r["agent"], r["budget"]), []).append(r)
+    peers = {
+        (r["task"], r["budget"], r["seed"]): r
+        for runs in groups.values()
+        for r in runs
+        if r["agent"] == "rppo"
+    }
     lines = [
         "| task | agent | budget | best greedy mean, median (per seed) | final | "
-        "env steps to threshold, median (solved) | stays solved | wall s, median (train) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "env steps to threshold, median (solved) | stays solved | wall s, median (train) | "
+        "train s to the peer's best, median (reached) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     order = {name: i for i, name in enumerate(TASKS)}
     for (task, agent, budget), runs in sorted(
@@ -481,9 +508,25 @@ def markdown_table(records: list[dict[str, Any]], reward_scale: float = 1.0) -> 
             f"| {task} | {agent} | {budget:,} | {_median([r['best'] for r in runs]):.2f} "
             f"({best}) | {_median([r['final'] for r in runs]):.2f} | {steps_text} | "
             f"{stays}/{len(runs)} | {_median([r['wall_s'] for r in runs]):.0f} "
-            f"({_median([r['train_wall_s'] for r in runs]):.0f}) |"
+            f"({_median([r['train_wall_s'] for r in runs]):.0f}) | "
+            f"{_to_the_peers_best(runs, peers)} |"
         )
     return "\n".join(lines)
+
+
+def _to_the_peers_best(runs: list[dict[str, Any]], peers: dict[tuple, dict[str, Any]]) -> str:
+    """Median train seconds until each run first matched RecurrentPPO's best on its seed
+    (the peer's own runs: until their best), and on how many seeds it did."""
+    paired = [(r, peers.get((r["task"], r["budget"], r["seed"]))) for r in runs]
+    paired = [(r, peer) for r, peer in paired if peer is not None]
+    if not paired:
+        return "no peer run"
+    if not all(len(point) > 3 for r, peer in paired for point in r["curve"] + peer["curve"]):
+        return "no times kept"  # records from before the curve kept them
+    times = [train_seconds_to(r, peer["best"]) for r, peer in paired]
+    reached = [t for t in times if t is not None]
+    text = f"{_median(reached):.0f}" if reached else "-"
+    return f"{text} ({len(reached)}/{len(paired)})"
 
 
 def main() -> None:

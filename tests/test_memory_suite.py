@@ -31,6 +31,16 @@ def test_the_curve_summary_normalises_and_finds_when_it_stays_solved(suite):
     assert dips["solved_at"] == 1 and dips["stays_solved"] is False and dips["final"] == 0.95
     never = suite.summarise_curve([(1, -0.5)], (-1, 1), 0.9)
     assert never["solved_at"] is None and never["stays_solved"] is False
+    timed = suite.summarise_curve([(1, 0.0, 2.04), (2, 0.5, 4.96)], (-1, 1), 0.9)
+    assert timed["curve"] == [[1, 0.0, 0.0, 2.0], [2, 0.5, 0.5, 5.0]]
+
+
+def test_train_seconds_to_a_level_come_from_the_first_point_at_or_above_it(suite):
+    record = {"curve": [[1, 0, -0.5, 3.0], [2, 0, 0.25, 6.0], [3, 0, 0.2, 9.0], [4, 0, 0.7, 12.0]]}
+    assert suite.train_seconds_to(record, 0.25) == 6.0
+    assert suite.train_seconds_to(record, 0.3) == 12.0
+    assert suite.train_seconds_to(record, 0.8) is None
+    assert suite.train_seconds_to({"curve": [[1, 0, 0.5]]}, 0.1) is None  # no times kept
 
 
 def test_agent_specs(suite):
@@ -50,23 +60,24 @@ def test_agent_specs(suite):
 
 
 def test_the_table_puts_agents_side_by_side_with_medians(suite):
-    def record(agent, seed, best, solved_at):
+    def record(agent, seed, best, solved_at, curve=()):
         return dict(agent=agent, task="cue-10", seed=seed, budget=1000, reward_scale=1.0,
                     best=best, final=best, solved_at=solved_at, stays_solved=solved_at is not None,
-                    wall_s=10.0 + seed, train_wall_s=9.0)  # fmt: skip
+                    wall_s=10.0 + seed, train_wall_s=9.0, curve=list(curve))  # fmt: skip
 
     records = [
-        record("ours:masked", 0, 1.0, 500),
-        record("ours:masked", 1, -0.5, None),
+        record("ours:masked", 0, 1.0, 500, [[250, 0, -0.6, 2.0], [500, 0, 1.0, 4.0]]),
+        record("ours:masked", 1, -0.5, None, [[250, 0, -0.5, 3.0]]),
         record("ours:masked", 2, 0.95, 750),
-        record("rppo", 0, -0.5, None),
+        record("rppo", 0, -0.5, None, [[250, 0, -0.7, 1.0], [500, 0, -0.5, 5.0]]),
         {"agent": "rppo", "task": "cue-10", "seed": 1, "error": "boom"},
     ]
     rows = suite.markdown_table(records).splitlines()
     assert len(rows) == 4
     assert rows[2].startswith("| cue-10 | ours:masked | 1,000 | 0.95 (1.00 / -0.50 / 0.95)")
-    assert "| 750 (2/3) | 2/3 | 11 (9) |" in rows[2]
+    assert "| 750 (2/3) | 2/3 | 11 (9) | 4 (1/1) |" in rows[2]  # only seed 0 has a peer run
     assert "| > 1,000 (0/1) | 0/1 |" in rows[3] and "| rppo |" in rows[3]
+    assert rows[3].endswith("| 5 (1/1) |")  # the peer's time to its own best
 
 
 def test_bad_input_is_named_before_any_run(tmp_path):
