@@ -219,3 +219,50 @@ def test_large_tree_find_matches_brute_force():
     targets = rng.random(2000) * tree.total
     expected = np.searchsorted(np.cumsum(leaves), targets, side="right")
     np.testing.assert_array_equal(tree.find(targets), expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_update_batches())
+def test_set_one_leaf_gives_the_nodes_of_update_bit_for_bit(case):
+    capacity, batches = case
+    by_set, by_update = SumTree(capacity), SumTree(capacity)
+    for batch in batches:
+        for i, v in batch:
+            by_set.set(i, v)
+            by_update.update(np.array([i]), np.array([v]))
+    np.testing.assert_array_equal(by_set._nodes, by_update._nodes)
+
+
+def test_set_agrees_with_update_on_a_tree_with_both_kinds_of_level():
+    rng = np.random.default_rng(3)
+    capacity = 5000  # wide levels walked per node by update, narrow ones recomputed whole
+    by_set, by_update = SumTree(capacity), SumTree(capacity)
+    start = rng.random(capacity)
+    by_set.update(np.arange(capacity), start)
+    by_update.update(np.arange(capacity), start)
+    for i, v in zip(rng.integers(0, capacity, 300), rng.random(300) * 1e3, strict=True):
+        by_set.set(int(i), float(v))
+        by_update.update(np.array([i]), np.array([v]))
+    np.testing.assert_array_equal(by_set._nodes, by_update._nodes)
+    assert by_set.total == by_update.total
+
+
+@pytest.mark.parametrize(
+    ("index", "value", "message"),
+    [
+        (-1, 1.0, "out of range"),
+        (4, 1.0, "out of range"),
+        (1.0, 1.0, "integers"),
+        (True, 1.0, "integers"),
+        (0, -1.0, "-1.0"),
+        (0, float("nan"), "nan"),
+        (0, float("inf"), "inf"),
+        (0, 1e308, "<= "),
+    ],
+)
+def test_set_rejects_what_update_rejects_and_leaves_the_tree_unchanged(index, value, message):
+    tree = SumTree(4)
+    tree.set(2, 3.0)
+    with pytest.raises(ValueError, match=message):
+        tree.set(index, value)
+    assert tree.total == 3.0 and tree.get(np.arange(4)).tolist() == [0.0, 0.0, 3.0, 0.0]

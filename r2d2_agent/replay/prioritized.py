@@ -236,7 +236,7 @@ class PrioritizedSequenceReplay:
         slot = self._next
         # The tree validates the leaf value (e.g. overflow), so update it
         # before touching storage: a rejected add leaves the replay unchanged.
-        self._tree.update(np.array([slot]), self._leaf_values(p))
+        self._tree.set(slot, float(self._leaf_values(p)[0]))
         for name, value in arrays.items():
             self._storage[name][slot] = value
         self._generation[slot] += 1
