@@ -33,13 +33,13 @@ def run_example(script: str, *args: str, cwd: pathlib.Path, timeout: float = 600
 def test_the_atari_example_runs_on_a_real_rom(tmp_path):
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
-    out = run_example(  # a life lost ends an episode: several episodes in 400 steps
+    out = run_example(  # 32 envs (the default), a life lost ends an episode: 50 steps each
         "atari.py",
         "--env",
         "ALE/Breakout-v5",
         "--life-loss",
         "--nb-steps",
-        "400",
+        "1600",
         "--memory-capacity",
         "32",
         "--eval-episodes",
@@ -50,7 +50,7 @@ def test_the_atari_example_runs_on_a_real_rom(tmp_path):
         "run",
         cwd=tmp_path,
     )
-    assert "stopped by nb_steps: 400 env steps" in out
+    assert "stopped by nb_steps: 1600 env steps" in out
     assert "greedy evaluation:" in out
     assert any((tmp_path / "run" / "checkpoints").glob("*.h5"))
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0
