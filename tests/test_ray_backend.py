@@ -54,9 +54,9 @@ RUN = dict(memory_capacity=200, actor_sync_interval=50)
 NO_TRAINING = dict(memory_warmup=200)  # replay never fills: the learner only receives
 CLUSTER_CPUS = 4  # two nodes of 2 CPUs
 # Env steps of the runs whose actor is killed or loses its node after 200: more than an
-# actor makes within a report interval (0.2 s) and the loss takes (a node removed takes a
+# actor makes within a report interval (0.2 s) and the loss takes (removing a node takes a
 # while), so that the loss lands before the end.
-LOST_ACTOR_BUDGET = 20_000
+LOST_ACTOR_BUDGET = 5_000
 
 
 # Callbacks travel to the workers by value (this module is not importable there).
