@@ -89,6 +89,13 @@ class SumTree:
         """Sum of all leaf values (the value of the root)."""
         return float(self._nodes[1])
 
+    def _bad_value(self, value: float, leaf: int) -> ValueError:
+        """The error for a leaf value the tree refuses (negative, NaN, inf, too large)."""
+        return ValueError(
+            f"sum tree values must be non-negative, finite and <= {self._max_value:.3g}, "
+            f"got {value} for leaf {leaf}"
+        )
+
     def _check_indices(self, indices: np.ndarray) -> np.ndarray:
         """Returns `indices` as a flat int64 array after a range check."""
         idx = np.asarray(indices)
@@ -124,10 +131,7 @@ class SumTree:
         # NaN fails both comparisons; the upper bound also rejects inf.
         bad = ~(vals >= 0.0) | ~(vals <= self._max_value)
         if bad.any():
-            raise ValueError(
-                f"sum tree values must be non-negative, finite and <= {self._max_value:.3g}, "
-                f"got {float(vals[bad][0])} for leaf {int(idx[bad][0])}"
-            )
+            raise self._bad_value(float(vals[bad][0]), int(idx[bad][0]))
         if idx.size == 0:
             return
         # De-duplicate, keeping the last occurrence of each index: numpy does
@@ -182,10 +186,7 @@ class SumTree:
             raise ValueError(f"leaf index {leaf} out of range [0, {self._capacity})")
         v = float(value)
         if not 0.0 <= v <= self._max_value:  # NaN fails too
-            raise ValueError(
-                f"sum tree values must be non-negative, finite and <= {self._max_value:.3g}, "
-                f"got {v} for leaf {leaf}"
-            )
+            raise self._bad_value(v, leaf)
         nodes = memoryview(self._nodes)  # Python floats in and out
         node = leaf + self._first_leaf
         nodes[node] = v
@@ -220,10 +221,7 @@ class SumTree:
         bad = ~(vals >= 0.0) | ~(vals <= self._max_value)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"sum tree values must be non-negative, finite and <= {self._max_value:.3g}, "
-                f"got {float(vals[i])} for leaf {i}"
-            )
+            raise self._bad_value(float(vals[i]), i)
         self._nodes[:] = 0.0
         self.update(np.arange(self._capacity), vals)
 
