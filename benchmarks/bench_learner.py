@@ -9,7 +9,7 @@ steps + n=5), one process builds and times:
   update, target copy every `target_update_interval`);
 * ``ours_parts``: the same step taken apart, each part timed on its own: ``sample`` (replay
   sampling and importance weights), ``to_tensor`` (the batch's numpy arrays to tensors),
-  ``graph`` (the compiled `_train` on those tensors, priorities fetched), ``bookkeeping``
+  ``graph`` (the compiled update on those tensors, priorities fetched), ``bookkeeping``
   (counters, metrics, target copy) and ``priorities`` (`replay.update_priorities`);
 * ``bare``: a plain `tf.keras` + `tf.function` R2D2 update written here, not with the
   library: online and target networks of the same layers and sizes (the torso, a Keras
@@ -27,7 +27,7 @@ reported, and the ratio ours/bare both as the ratio of the medians and as the me
 the per-repeat ratios.
 
 ``--xla`` also times both updates compiled with ``jit_compile=True`` (ours through a
-`tf.function` of the learner's `_train_graph` made here; the library has no switch),
+`tf.function` of the learner's `_flat_train_graph` made here; the library has no switch),
 with the compile time of the first call. ``--bare-lstm loop`` uses the LSTM layer's
 while loop instead of its static unroll (``unroll=True``, the default here, as our
 network unrolls short sequences).
@@ -258,18 +258,19 @@ class OursParts:
     def reset(self) -> None:
         self.seconds = dict.fromkeys(self.PARTS, 0.0)
 
-    def step(self, train=None) -> None:
+    def step(self) -> None:
         learner = self.learner
-        train = train or learner._train
+        train = learner._compiled_update()
         clock = time.perf_counter
         t0 = clock()
         keys, batch, probabilities = learner.replay.sample(learner.config.batch_size)
         weights = importance_weights(probabilities, len(learner.replay), learner.beta)
         t1 = clock()
-        tensors = {k: tf.convert_to_tensor(v) for k, v in batch.items()}
+        tensors = [tf.convert_to_tensor(batch[name]) for name in learner._fields]
         weights = tf.convert_to_tensor(np.asarray(weights, np.float32))
+        new_rewards = tf.convert_to_tensor(learner._take_new_rewards())
         t2 = clock()
-        loss, priorities, mean_q = train(tensors, weights)
+        loss, priorities, mean_q = train(*tensors, weights, new_rewards)
         priorities = priorities.numpy()
         t3 = clock()
         learner.updates += 1
@@ -302,15 +303,16 @@ def _summary(values_ms: list[float]) -> dict:
 
 
 def _swap_train(learner, train):
-    """Runs `learner.step` with another compiled `_train` (restored afterwards)."""
+    """Runs `learner.step` with another compiled update (`train`, a concrete function of
+    the learner's flat update inputs; restored afterwards)."""
 
     def step():
-        saved = learner._train
-        learner._train = train
+        saved = learner._update
+        learner._update = train
         try:
             learner.step()
         finally:
-            learner._train = saved
+            learner._update = saved
 
     return step
 
@@ -340,7 +342,11 @@ def bench(
     variants = {"ours": learner.step, "ours_parts": parts.step, "bare": lambda: bare.step(fixed)}
     first_call_s = {}
     if xla:
-        ours_xla = tf.function(learner._train_graph, jit_compile=True, reduce_retracing=True)
+        ours_xla = tf.function(
+            learner._flat_train_graph,
+            input_signature=learner._update_signature(),
+            jit_compile=True,
+        ).get_concrete_function()
         bare_xla = BareUpdate(config, unroll=unroll, jit_compile=True)
         bare_xla.build(fixed)
         variants["ours_xla"] = _swap_train(learner, ours_xla)

@@ -146,6 +146,21 @@ def test_fit_updates_the_learner_once_replay_is_warm(make_agent):
     assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
 
 
+def test_compile_after_fit_trains_with_the_new_optimizer(make_agent):
+    # A second compile (e.g. a lower learning rate for a second phase) must take effect:
+    # the update traced with the first optimizer is traced again with the new one.
+    from r2d2_agent.compat import keras
+
+    agent = make_agent(lstm_units=0, train_interval=4, memory_warmup=4)
+    _fit(agent, nb_steps=40)
+    agent.compile(keras.optimizers.SGD(0.0))
+    before, updates = agent.learner.get_weights(), agent.learner.updates
+    _fit(agent, nb_steps=40)
+    assert agent.learner.updates > updates
+    after = agent.learner.get_weights()
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+
+
 def _actor_weights(agent):
     policy = agent.actor.policy  # the numpy policy: weights by layout name
     return [policy.w[name] for name, _ in policy.layout]

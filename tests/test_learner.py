@@ -88,6 +88,9 @@ class FixedReplay:
     def add(self, sequence, priority):
         raise AssertionError("not used")
 
+    def batch_spec(self):
+        return {k: (v.shape[1:], v.dtype) for k, v in self.batch.items()}
+
     def sample(self, batch_size):
         assert batch_size == len(self.probabilities)
         indices = np.arange(batch_size)
@@ -142,6 +145,28 @@ def test_an_optimizer_set_later_still_traces_the_update_once(learner_config):
     learner.step()
     assert learner._train.experimental_get_tracing_count() == 1
     assert int(learner.optimizer.iterations.numpy()) == 2
+
+
+def test_an_optimizer_set_after_updates_is_the_one_the_next_update_uses(learner_config):
+    # A traced update holds the optimizer it was traced with; the setter makes a new trace.
+    learner = make_learner(learner_config(lstm_units=0))
+    fill(learner, learner.config, 8)
+    learner.step()
+    learner.optimizer = keras.optimizers.SGD(0.0)
+    weights = learner.get_weights()
+    learner.step()
+    assert weights_equal(learner.get_weights(), weights)
+    assert int(learner.optimizer.iterations.numpy()) == 1
+
+
+def test_learn_refuses_a_batch_of_another_size_naming_both(learner_config):
+    learner = make_learner(learner_config(lstm_units=0))
+    rng = np.random.default_rng(0)
+    size = learner.config.batch_size
+    batch = stack([make_sequence(learner.config, rng) for _ in range(size - 1)])
+    with pytest.raises(ValueError, match=rf"batch_size = {size} .*shape \({size - 1},\)"):
+        learner.learn(batch, np.ones(size - 1))
+    assert learner.updates == 0
 
 
 def test_target_is_copied_only_every_target_update_interval_updates(learner_config):

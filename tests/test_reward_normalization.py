@@ -93,6 +93,54 @@ def test_merging_nothing_gives_nothing():
     assert merge_reward_moments(4, 2.0, 0, 0.0) == (4.0, 2.0)
 
 
+@pytest.mark.parametrize(
+    "chunks",
+    [[(0, 0.0)], [(3, 12.0)], [(0, 0.0), (5, 0.7)], [(4, 1e-9), (0, 0.0), (7, 3e4), (1, 2.5)]],
+    ids=["nothing", "first", "empty_then_first", "mixed"],
+)
+def test_the_graphs_merge_gives_the_same_bits_as_merge_reward_moments(chunks):
+    from r2d2_agent.compat import tf
+    from r2d2_agent.networks.keras_net import RewardStatistics
+
+    rng = np.random.default_rng(len(chunks))
+    chunks = chunks + [
+        (int(n), float(s))
+        for n, s in zip(rng.integers(0, 50, 30), rng.random(30) * 50, strict=True)
+    ]
+    stats = RewardStatistics.create()
+    merge = tf.function(stats.merge_in_graph)
+    count, mean_square = 0.0, 0.0
+    for n, sum_square in chunks:
+        merge(tf.constant(float(n), tf.float64), tf.constant(sum_square, tf.float64))
+        if n:
+            count, mean_square = merge_reward_moments(count, mean_square, n, sum_square / n)
+        assert (float(stats.count.numpy()), float(stats.mean_square.numpy())) == (
+            count,
+            mean_square,
+        )
+    assert count > 0  # the loop merged something
+
+
+def test_the_learner_refuses_non_finite_reward_moments_before_its_update(config):
+    # The adders refuse such rewards; a record made elsewhere must not reach the graph,
+    # which merges the moments unchecked.
+    import dataclasses
+
+    cfg = config.replace(memory_warmup=8)
+    builder = R2D2Builder(cfg)
+    learner = builder.make_learner()
+    records = []
+    run_episodes(builder.make_adder(records.append), cfg, [np.full(20, 0.5), np.full(20, 0.5)])
+    records[-1] = dataclasses.replace(records[-1], reward_sum_square=float("inf"))
+    for record in records:
+        learner.add(record)
+    before = learner.online.get_weights()  # (the learner's own would merge the moments)
+    with pytest.raises(ValueError, match="mean square of rewards must be finite"):
+        learner.step()
+    after = learner.online.get_weights()
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+
+
 # The statistics as network weights ---------------------------------------------------
 
 

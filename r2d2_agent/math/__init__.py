@@ -14,7 +14,12 @@ from r2d2_agent.math.rescaling import (
     rescale_float,
     sign_float,
 )
-from r2d2_agent.math.reward_scale import REWARD_SCALE_EPS, merge_reward_moments, reward_scale
+from r2d2_agent.math.reward_scale import (
+    REWARD_SCALE_EPS,
+    check_reward_moments,
+    merge_reward_moments,
+    reward_scale,
+)
 from r2d2_agent.math.schedules import annealed_epsilon, apex_epsilon, linear_schedule
 from r2d2_agent.math.targets import n_step_returns, n_step_targets, td_errors
 
@@ -27,6 +32,7 @@ __all__ = [
     "inverse_rescale",
     "inverse_rescale_float",
     "linear_schedule",
+    "check_reward_moments",
     "merge_reward_moments",
     "n_step_returns",
     "n_step_targets",

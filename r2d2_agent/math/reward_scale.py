@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["REWARD_SCALE_EPS", "merge_reward_moments", "reward_scale"]
+__all__ = ["REWARD_SCALE_EPS", "check_reward_moments", "merge_reward_moments", "reward_scale"]
 
 REWARD_SCALE_EPS = 1e-8
 """Below this root mean square the rewards are taken as all zero, and the scale is 1."""
@@ -38,7 +38,7 @@ def reward_scale(count: float, mean_square: float, eps: float = REWARD_SCALE_EPS
     Raises:
         ValueError: On a negative or non-finite count or mean square.
     """
-    _check_moments(count, mean_square)
+    check_reward_moments(count, mean_square)
     rms = math.sqrt(mean_square)
     return rms if count > 0 and rms > eps else 1.0
 
@@ -64,8 +64,8 @@ def merge_reward_moments(
     Raises:
         ValueError: On a negative or non-finite count or mean square.
     """
-    _check_moments(count_a, mean_square_a)
-    _check_moments(count_b, mean_square_b)
+    check_reward_moments(count_a, mean_square_a)
+    check_reward_moments(count_b, mean_square_b)
     count = float(count_a) + float(count_b)
     if count == 0:
         return 0.0, 0.0
@@ -75,7 +75,16 @@ def merge_reward_moments(
     return count, max(mean_square, 0.0)
 
 
-def _check_moments(count: float, mean_square: float) -> None:
+def check_reward_moments(count: float, mean_square: float) -> None:
+    """Refuses moments `merge_reward_moments` and `reward_scale` cannot take.
+
+    Args:
+        count: Rewards counted.
+        mean_square: Their mean of squares.
+
+    Raises:
+        ValueError: On a negative or non-finite count or mean square (naming it).
+    """
     if not (math.isfinite(count) and count >= 0):
         raise ValueError(f"a reward count must be finite and >= 0, got {count!r}")
     if not (math.isfinite(mean_square) and mean_square >= 0):

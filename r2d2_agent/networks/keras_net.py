@@ -136,6 +136,25 @@ class RewardStatistics(_TensorOpsLayer):
         self.count.assign(merged[0])
         self.mean_square.assign(merged[1])
 
+    def merge_in_graph(self, count: Any, sum_square: Any) -> None:
+        """`merge` as graph ops (inside the learner's update): the same float64
+        operations as `merge_reward_moments`, in the same order, so the same bits.
+
+        Args:
+            count: float64 scalar tensor, the new rewards (>= 0; 0 changes nothing).
+            sum_square: float64 scalar tensor, the sum of their squares (>= 0). Both are
+                unchecked here: the caller checks them (`check_reward_moments`).
+        """
+        count_a, mean_square_a = self.count.read_value(), self.mean_square.read_value()
+        total = count_a + count
+        mean_square_b = sum_square / tf.maximum(count, 1.0)  # == sum_square / count if > 0
+        stepped = tf.maximum(mean_square_a + (mean_square_b - mean_square_a) * (count / total), 0.0)
+        has_new, had_old = count > 0, count_a > 0
+        self.count.assign(tf.where(has_new, total, count_a))
+        self.mean_square.assign(
+            tf.where(has_new, tf.where(had_old, stepped, mean_square_b), mean_square_a)
+        )
+
 
 def _frames_to_image(x: Any, config: R2D2Config, with_time: bool) -> Any:
     """Scales stacked frames (S, H, W[, C]) by `config.image_scale` (uint8 pixels to

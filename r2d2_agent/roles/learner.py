@@ -7,9 +7,9 @@ state, counters included (and the replay memory when asked), to and from a check
 `R2D2Builder.make_learner` builds it from a config.
 
 With `normalize_rewards`, every record brings the moments of the rewards it adds; the
-learner merges them into the online network's `RewardStatistics` (before each update, and
-before handing out or saving weights) and divides the n-step returns and the
-previous-reward input by their scale in the update's graph.
+learner merges them into the online network's `RewardStatistics` (at the start of each
+update's graph, and before handing out or saving weights) and divides the n-step returns
+and the previous-reward input by their scale in the update's graph.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from r2d2_agent.checkpoints import (
 )
 from r2d2_agent.compat import keras, tf
 from r2d2_agent.config import R2D2Config
-from r2d2_agent.math import importance_weights, linear_schedule, tf_ops
+from r2d2_agent.math import check_reward_moments, importance_weights, linear_schedule, tf_ops
 from r2d2_agent.networks.keras_net import R2D2Network
 from r2d2_agent.networks.numpy_net import NumpyNetwork, supports_numpy
 from r2d2_agent.networks.weights_io import save_weights_atomic
@@ -74,8 +74,10 @@ class R2D2Learner:
         self.config = config
         self.online = online
         self.target = target
-        self.optimizer = optimizer  # the setter creates its slots
         self.replay = replay
+        self._fields = tuple(replay.batch_spec())
+        """The batch's fields, in the order the compiled update takes them."""
+        self.optimizer = optimizer  # the setter creates its slots and the update's function
         self.updates = 0
         """Learner updates done (continues from a restored checkpoint)."""
         self.sequences_added = 0
@@ -86,12 +88,6 @@ class R2D2Learner:
         `counters()` adds the learner's own counts."""
         self.last_metrics: dict[str, float] = {}
         self._new_rewards = [0, 0.0]  # count, sum of squares not yet in the statistics
-        # AutoGraph only for an image model that asks for it (`ImageModel.autograph`): the
-        # update's own control flow is plain Python over static shapes and config flags,
-        # and converting it took half of the tracing time.
-        self._train = tf.function(
-            self._train_graph, reduce_retracing=True, autograph=online.needs_autograph
-        )
         self._copy = tf.function(self._copy_graph, autograph=False)
         self.update_target()
 
@@ -108,6 +104,16 @@ class R2D2Learner:
         if build is not None:
             build(self.online.model.trainable_variables)
         self._optimizer = optimizer
+        # A traced update holds the optimizer it was traced with: a new one needs a new
+        # trace. AutoGraph only for an image model that asks for it
+        # (`ImageModel.autograph`): the update's own control flow is plain Python over
+        # static shapes and config flags, and converting it took half of the tracing time.
+        self._train = tf.function(
+            self._flat_train_graph,
+            input_signature=self._update_signature(),
+            autograph=self.online.needs_autograph,
+        )
+        self._update: Any = None  # its concrete function (`_compiled_update`)
 
     # Data in / weights out -----------------------------------------------------------
 
@@ -125,8 +131,9 @@ class R2D2Learner:
 
     def flush_reward_statistics(self) -> None:
         """Merges the moments of the rewards received since the last call into the online
-        network's reward statistics (`normalize_rewards`; a no-op without). `learn`,
-        `get_weights`, `save`, `save_weights` and `reward_scale` call it."""
+        network's reward statistics (`normalize_rewards`; a no-op without).
+        `get_weights`, `save`, `save_weights` and `reward_scale` call it; `learn` merges
+        them in its graph."""
         count, sum_square = self._new_rewards
         self._new_rewards = [0, 0.0]
         stats = self.online.reward_statistics
@@ -374,25 +381,32 @@ class R2D2Learner:
         0.6 s at the CartPole preset, 2.7 s at Atari size: benchmarks/RESULTS.md,
         "Start-up"); the distributed learner calls this while its actors start.
         """
-        size = self.config.batch_size
-        batch = {
-            name: tf.TensorSpec((size, *shape), dtype)
-            for name, (shape, dtype) in self.replay.batch_spec().items()
-        }
-        self._train.get_concrete_function(batch, tf.TensorSpec((size,), tf.float32))
+        self._compiled_update()
 
     def learn(self, batch: dict[str, np.ndarray], is_weights: np.ndarray) -> np.ndarray:
         """One update on a given batch (what `step` does after sampling).
 
         Args:
-            batch: A batch of sequences, as `SequenceReplay.sample` returns.
+            batch: A batch of `config.batch_size` sequences, as `SequenceReplay.sample`
+                returns.
             is_weights: Importance-sampling weight per sequence.
 
         Returns:
             The sequences' new priorities (`last_metrics` holds the update's metrics).
+
+        Raises:
+            ValueError: If the batch does not hold `config.batch_size` sequences.
         """
-        self.flush_reward_statistics()
-        loss, priorities, mean_q = self._train(batch, np.asarray(is_weights, np.float32))
+        weights = np.asarray(is_weights, np.float32)
+        if weights.shape != (self.config.batch_size,):
+            raise ValueError(
+                f"learn takes batches of config.batch_size = {self.config.batch_size} "
+                f"sequences (one importance weight each), got weights of shape {weights.shape}"
+            )
+        arrays = [batch[name] for name in self._fields]
+        loss, priorities, mean_q = self._compiled_update()(
+            *arrays, weights, self._take_new_rewards()
+        )
         priorities = priorities.numpy()
         self.updates += 1
         if self.updates % self.config.target_update_interval == 0:
@@ -403,6 +417,42 @@ class R2D2Learner:
             "mean_priority": float(priorities.mean()),
         }
         return priorities
+
+    def _compiled_update(self) -> Any:
+        """The update traced for the batch's fields as flat arguments. Called as a
+        concrete function, it skips what a `tf.function` does at every call with a dict
+        of arrays, working out the call's signature (about 1 ms of an update at the
+        CartPole-sized presets: benchmarks/RESULTS.md, "The update's call")."""
+        if self._update is None:
+            self._update = self._train.get_concrete_function()
+        return self._update
+
+    def _update_signature(self) -> list[Any]:
+        """The update's flat inputs: the batch's fields (`_fields` order), the
+        importance weights and the new rewards' moments (`_take_new_rewards`)."""
+        size = self.config.batch_size
+        spec = self.replay.batch_spec()
+        fields = [tf.TensorSpec((size, *spec[name][0]), spec[name][1]) for name in self._fields]
+        return [*fields, tf.TensorSpec((size,), tf.float32), tf.TensorSpec((2,), tf.float64)]
+
+    def _take_new_rewards(self) -> np.ndarray:
+        """The count and sum of squares of the rewards added since they were last
+        merged (then zero), as the update's float64 input; checked here, as
+        `flush_reward_statistics` checks them, since the update merges them unchecked."""
+        count, sum_square = self._new_rewards
+        self._new_rewards = [0, 0.0]
+        if count > 0:
+            check_reward_moments(count, sum_square / count)
+        return np.array([count, sum_square], np.float64)
+
+    def _flat_train_graph(self, *args: Any) -> tuple[Any, Any, Any]:
+        """`_train_graph` on flat inputs (`_update_signature`), after merging the new
+        rewards' moments into the reward statistics (with `normalize_rewards`)."""
+        *fields, weights, new_rewards = args
+        stats = self.online.reward_statistics
+        if stats is not None:
+            stats.merge_in_graph(new_rewards[0], new_rewards[1])
+        return self._train_graph(dict(zip(self._fields, fields, strict=True)), weights)
 
     def _copy_graph(self) -> None:
         pairs = zip(self.target.model.weights, self.online.model.weights, strict=True)
