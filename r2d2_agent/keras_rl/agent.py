@@ -119,7 +119,11 @@ class R2D2Agent(rl_core.Agent):
     # keras-rl Agent API --------------------------------------------------------------
 
     def compile(self, optimizer: Any = None, metrics: list[Any] | None = None) -> None:
-        """Sets the optimizer (default: Adam from the config). `metrics` is unused."""
+        """Sets the optimizer (default: Adam from the config). `metrics` is unused.
+
+        Called again (e.g. with a lower learning rate after a first `fit`), it replaces
+        the optimizer: the next update trains with the new one, from fresh slots.
+        """
         if optimizer is not None:
             self.learner.optimizer = optimizer
         self.compiled = True
