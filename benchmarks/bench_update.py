@@ -1,0 +1,94 @@
+"""One learner update as the single-process agent makes it: CPU milliseconds per cycle.
+
+A cycle is what the agent does per update: one new sequence into the replay (carrying the
+moments of 4 rewards, as a record of 4 new env steps does) and `learner.step()` (sample,
+the compiled update, priorities). Two configurations: the CartPole preset and
+`memory_config` (rewards normalised, so the reward statistics merge every update), both
+with 1 TensorFlow thread. CPU time of the process (TensorFlow's threads included), the
+median of `--repeats` blocks of `--updates` cycles each.
+
+Run it beside another checkout (`PYTHONPATH=<other checkout>`) to compare two versions of
+the learner; alternate the two a few times, as the figures move by 10-20% between runs
+on a shared machine. Prints one JSON object. Usage::
+
+    python benchmarks/bench_update.py
+    python benchmarks/bench_update.py --repeats 9 --updates 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from r2d2_agent.compat import tf
+from r2d2_agent.presets import cartpole_config, memory_config
+from r2d2_agent.roles import R2D2Builder
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from header import report_header  # noqa: E402
+from replay_fill import fill_replay  # noqa: E402
+
+WARM = 200
+"""Sequences in the replay before the first update."""
+
+
+class _Records:
+    """Collects what `fill_replay` adds (it adds to anything with `add`)."""
+
+    def __init__(self) -> None:
+        self.records: list = []
+
+    def add(self, record) -> None:
+        self.records.append(record)
+
+
+def cycle_ms(config, updates: int, repeats: int) -> float:
+    """Median CPU milliseconds of one add-and-update cycle (see the module docstring)."""
+    learner = R2D2Builder(config).make_learner()
+    made = _Records()
+    fill_replay(made, config, WARM + updates * (repeats + 1), np.float32)
+    rewards = {"reward_count": 4, "reward_sum_square": 4.0}
+    records = iter(dataclasses.replace(r, **rewards) for r in made.records)
+    for _ in range(WARM):
+        learner.add(next(records))
+    for _ in range(updates):  # the first trace, and a warm start
+        learner.add(next(records))
+        learner.step()
+    blocks = []
+    for _ in range(repeats):
+        start = time.process_time()
+        for _ in range(updates):
+            learner.add(next(records))
+            learner.step()
+        blocks.append((time.process_time() - start) / updates * 1e3)
+    return round(statistics.median(blocks), 3)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Measures both configurations and prints one JSON object."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--updates", type=int, default=50, help="cycles per repeat")
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args(argv)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    configs = {
+        "cartpole": cartpole_config(seed=0),
+        "memory": memory_config(input_shape=(4,), nb_actions=4, seed=0),
+    }
+    report = {**report_header("bench_update"), "cpu_ms_per_cycle": {}}
+    for name, config in configs.items():
+        report["cpu_ms_per_cycle"][name] = cycle_ms(config, args.updates, args.repeats)
+    print(json.dumps(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()
