@@ -421,8 +421,9 @@ class R2D2Learner:
     def _compiled_update(self) -> Any:
         """The update traced for the batch's fields as flat arguments. Called as a
         concrete function, it skips what a `tf.function` does at every call with a dict
-        of arrays, working out the call's signature (about 1 ms of an update at the
-        CartPole-sized presets: benchmarks/RESULTS.md, "The update's call")."""
+        of arrays, working out the call's signature (with the reward merge moved into
+        the graph, about 5% of the agent's cycle at `memory_config`:
+        benchmarks/RESULTS.md, "The update's call")."""
         if self._update is None:
             self._update = self._train.get_concrete_function()
         return self._update
