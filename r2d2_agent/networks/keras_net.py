@@ -29,7 +29,7 @@ import numpy as np
 from r2d2_agent.compat import keras, tf
 from r2d2_agent.config import InputType, R2D2Config
 from r2d2_agent.image_models import DQNImageModel, ImageModel
-from r2d2_agent.math.reward_scale import REWARD_SCALE_EPS, merge_reward_moments, reward_scale
+from r2d2_agent.math.reward_scale import REWARD_SCALE_EPS, reward_scale
 
 __all__ = [
     "MAX_STATIC_UNROLL",
@@ -92,7 +92,8 @@ class PrevActionReward(_TensorOpsLayer):
 class RewardStatistics(_TensorOpsLayer):
     """The rewards seen so far, as two non-trainable float64 weights: `count` and
     `mean_square` (`E[r^2]`). Not part of the model's graph: the learner merges new
-    rewards' moments into it (`merge`) and divides rewards by `scale()` in its update.
+    rewards' moments into it (`merge_in_graph`) and divides rewards by `scale()` in its
+    update.
 
     Build it with `create` (its weights are then named `<name>/count` and
     `<name>/mean_square`).
@@ -126,19 +127,11 @@ class RewardStatistics(_TensorOpsLayer):
         ok = tf.logical_and(self.count > 0, rms > REWARD_SCALE_EPS)
         return tf.cast(tf.where(ok, rms, tf.ones_like(rms)), tf.float32)
 
-    def merge(self, count: float, sum_square: float) -> None:
-        """Adds `count` rewards whose squares sum to `sum_square` (host side, eager)."""
-        if count <= 0:
-            return
-        merged = merge_reward_moments(
-            float(self.count.numpy()), float(self.mean_square.numpy()), count, sum_square / count
-        )
-        self.count.assign(merged[0])
-        self.mean_square.assign(merged[1])
-
     def merge_in_graph(self, count: Any, sum_square: Any) -> None:
-        """`merge` as graph ops (inside the learner's update): the same float64
-        operations as `merge_reward_moments`, in the same order, so the same bits.
+        """Adds `count` rewards whose squares sum to `sum_square`, as graph ops (the
+        learner runs them in its update, and in a graph of their own when it hands out
+        or saves weights): the float64 operations of `merge_reward_moments`, in the
+        same order, so the same bits.
 
         Args:
             count: float64 scalar tensor, the new rewards (>= 0; 0 changes nothing).

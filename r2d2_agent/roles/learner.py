@@ -88,6 +88,7 @@ class R2D2Learner:
         `counters()` adds the learner's own counts."""
         self.last_metrics: dict[str, float] = {}
         self._new_rewards = [0, 0.0]  # count, sum of squares not yet in the statistics
+        self._merge: Any = None  # `flush_reward_statistics`'s graph, made on first use
         self._copy = tf.function(self._copy_graph, autograph=False)
         self.update_target()
 
@@ -134,11 +135,12 @@ class R2D2Learner:
         network's reward statistics (`normalize_rewards`; a no-op without).
         `get_weights`, `save`, `save_weights` and `reward_scale` call it; `learn` merges
         them in its graph."""
-        count, sum_square = self._new_rewards
-        self._new_rewards = [0, 0.0]
+        new_rewards = self._take_new_rewards()
         stats = self.online.reward_statistics
-        if stats is not None and count > 0:
-            stats.merge(count, sum_square)
+        if stats is not None and new_rewards[0] > 0:
+            if self._merge is None:
+                self._merge = tf.function(stats.merge_in_graph, autograph=False)
+            self._merge(tf.constant(new_rewards[0]), tf.constant(new_rewards[1]))
 
     @property
     def reward_scale(self) -> float:
@@ -438,8 +440,8 @@ class R2D2Learner:
 
     def _take_new_rewards(self) -> np.ndarray:
         """The count and sum of squares of the rewards added since they were last
-        merged (then zero), as the update's float64 input; checked here, as
-        `flush_reward_statistics` checks them, since the update merges them unchecked."""
+        merged (then zero), as float64; checked here, since the graphs that merge them
+        (`RewardStatistics.merge_in_graph`) take them unchecked."""
         count, sum_square = self._new_rewards
         self._new_rewards = [0, 0.0]
         if count > 0:
