@@ -10,6 +10,7 @@ can fail); the user's Q-values in return units; the `memory_config` preset.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import gymnasium as gym
@@ -22,9 +23,10 @@ from r2d2_agent.checkpoints import (
     check_compatible,
     read_checkpoint,
 )
-from r2d2_agent.compat import set_global_seed
+from r2d2_agent.compat import set_global_seed, tf
 from r2d2_agent.math import REWARD_SCALE_EPS, merge_reward_moments, reward_scale
 from r2d2_agent.networks import NumpyNetwork, weight_layout
+from r2d2_agent.networks.keras_net import RewardStatistics
 from r2d2_agent.presets import masked_cartpole_config, memory_config
 from r2d2_agent.replay import SequenceAdder, SequenceLayout
 from r2d2_agent.roles import R2D2Actor, R2D2Builder
@@ -99,9 +101,6 @@ def test_merging_nothing_gives_nothing():
     ids=["nothing", "first", "empty_then_first", "mixed"],
 )
 def test_the_graphs_merge_gives_the_same_bits_as_merge_reward_moments(chunks):
-    from r2d2_agent.compat import tf
-    from r2d2_agent.networks.keras_net import RewardStatistics
-
     rng = np.random.default_rng(len(chunks))
     chunks = chunks + [
         (int(n), float(s))
@@ -124,8 +123,6 @@ def test_the_graphs_merge_gives_the_same_bits_as_merge_reward_moments(chunks):
 def test_the_learner_refuses_non_finite_reward_moments_before_its_update(config):
     # The adders refuse such rewards; a record made elsewhere must not reach the graph,
     # which merges the moments unchecked.
-    import dataclasses
-
     cfg = config.replace(memory_warmup=8)
     builder = R2D2Builder(cfg)
     learner = builder.make_learner()
