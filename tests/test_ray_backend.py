@@ -393,9 +393,7 @@ def test_actor_reporter_sends_one_report_at_a_time_and_counts_what_the_reply_ans
             return replies[-1]
 
     _fake_ray(monkeypatch, workers)
-    reporter = workers._ActorBoardReporter(
-        Board(), 0, 0, 0, nb_steps=None, nb_actors=1, interval=0.0
-    )
+    reporter = workers._ActorBoardReporter(Board(), 0, 0, 0, nb_steps=None, interval=0.0)
     reporter.on_steps(10)
     assert reporter.stopped() is False and len(replies) == 1  # sent, not waited for
     reporter.on_steps(20)
@@ -410,63 +408,138 @@ def test_actor_reporter_sends_one_report_at_a_time_and_counts_what_the_reply_ans
 
 
 @pytest.mark.parametrize(
-    ("total", "own", "nb_actors", "rate", "budget", "near"),
+    ("steps", "leases", "wanted", "budget", "lease"),
     [
-        # one actor: the board's total is its own, nothing unseen
-        (1000, 50, 1, 500.0, 1050, True),
-        (1000, 50, 1, 500.0, 1051, False),
-        # two actors: 1000 + 2 x 50 + 1 x 500 steps/s x 2 x 0.2 s = 1300
-        (1000, 50, 2, 500.0, 1300, True),
-        (1000, 50, 2, 500.0, 1301, False),
-        # four actors: 1000 + 4 x 50 + 3 x 500 x 0.4 = 1800
-        (1000, 50, 4, 500.0, 1800, True),
-        (1000, 50, 4, 500.0, 1801, False),
-        # no rate measured yet: only the steps since the report
-        (1000, 50, 4, 0.0, 1200, True),
-        (1000, 50, 4, 0.0, 1201, False),
+        # the budget's free steps are leased as asked
+        ((0, 0), (0, 0), 80, 100, 80),
+        # only what the other actor's lease leaves
+        ((0, 0), (0, 80), 80, 100, 20),
+        # the other actor's steps past its lease hold the budget too
+        ((0, 90), (0, 80), 80, 100, 10),
+        # nothing free: the lease stays where it is
+        ((30, 50), (50, 50), 80, 100, 50),
+        # a lease never shrinks, even asked for less than it holds
+        ((10, 0), (60, 0), 5, 100, 60),
+        # the actor's own steps past its lease count: 40 + 30 asked, 20 free
+        ((40, 40), (20, 40), 30, 100, 60),
     ],
 )
-def test_may_reach_budget_counts_the_other_actors_unreported_steps(
-    total, own, nb_actors, rate, budget, near
+def test_board_leases_no_more_than_the_budget_holds(steps, leases, wanted, budget, lease):
+    board = RunBoard((0, 0), (0, 0), nb_steps=budget)
+    board._steps, board._leases = list(steps), list(leases)
+    reply = board.actor_report(ActorReport(0, steps[0], 0, wanted=wanted))
+    assert reply.lease == lease
+
+
+def test_board_leases_nothing_without_a_budget():
+    board = RunBoard((0,), (0,))
+    assert board.actor_report(ActorReport(0, 5, 0, wanted=100)).lease is None
+
+
+def test_board_counts_a_resumed_runs_steps_as_held():
+    board = RunBoard((60, 30), (0, 0), nb_steps=100)
+    assert board.actor_report(ActorReport(0, 60, 0, wanted=50)).lease == 70
+
+
+class _LaggingBoard:
+    """A `RunBoard` behind a fake Ray handle whose replies arrive late: a report reaches
+    the board only when `deliver` takes it (or an actor waits for its reply)."""
+
+    def __init__(self, board: RunBoard) -> None:
+        self.board = board
+        self.pending: list[_Call] = []
+        self.actor_report = SimpleNamespace(remote=self._report)
+
+    def _report(self, report):
+        call = _Call(pickle.dumps([]))
+        call.report = report
+        self.pending.append(call)
+        return call
+
+    def deliver(self, call) -> None:
+        self.pending.remove(call)
+        call.answer = self.board.actor_report(call.report)
+
+
+def _lagging_ray(monkeypatch, handle: _LaggingBoard) -> None:
+    def wait(refs, timeout=None):
+        done = [r for r in refs if r.answer is not None]
+        return done, [r for r in refs if r.answer is None]
+
+    def get(ref, timeout=None):
+        if ref.answer is None:  # the actor waits: its report reaches the board now
+            handle.deliver(ref)
+        return ref.answer
+
+    monkeypatch.setattr(workers, "ray", SimpleNamespace(wait=wait, get=get))
+
+
+@pytest.mark.parametrize(("nb_actors", "step_size"), [(1, 1), (3, 1), (4, 8)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_actors_on_leases_reach_the_budget_and_pass_it_by_less_than_a_step_each(
+    monkeypatch, nb_actors, step_size, seed
 ):
-    assert workers.may_reach_budget(total, own, nb_actors, rate, 0.2, budget) is near
-
-
-def test_actor_reporter_near_the_budget_reports_at_every_step_from_its_rate(monkeypatch):
-    sent = []
-
-    class Board:
-        def __init__(self):
-            self.actor_report = SimpleNamespace(remote=self._report)
-
-        def _report(self, report):
-            sent.append(report)
-            call = _Call(pickle.dumps([]))
-            call.answer = ActorReply(stop=False, total_steps=2 * report.steps)  # 2 alike
-            return call
-
-    _fake_ray(monkeypatch, workers)
+    """Actors stepping at uneven rates, their reports delivered at random delays (up to
+    many intervals late): the run's env steps end at the budget, past it by less than
+    one actor step per actor."""
+    rng = np.random.default_rng(seed)
+    budget = 2_000
+    handle = _LaggingBoard(RunBoard((0,) * nb_actors, (0,) * nb_actors, nb_steps=budget))
+    _lagging_ray(monkeypatch, handle)
     clock = [0.0]
     monkeypatch.setattr(workers.time, "monotonic", lambda: clock[0])
-    reporter = workers._ActorBoardReporter(
-        Board(), 0, 0, 0, nb_steps=1000, nb_actors=2, interval=0.25
+    reporters = [
+        workers._ActorBoardReporter(
+            handle, i, 0, 0, nb_steps=budget, interval=0.01, step_size=step_size
+        )
+        for i in range(nb_actors)
+    ]
+    steps = [0] * nb_actors
+    running = set(range(nb_actors))
+    while running and clock[0] < 100.0:  # 100,000 ticks: far more than the run takes
+        clock[0] += 0.001
+        for i in sorted(running):
+            if rng.random() < 0.3 * (i + 1) / nb_actors:  # actor i steps at its own rate
+                if reporters[i].should_stop():
+                    running.discard(i)
+                    continue
+                steps[i] += step_size
+                reporters[i].on_steps(steps[i])
+        for call in list(handle.pending):
+            if rng.random() < 0.05:  # a reply takes 20 ticks on average
+                handle.deliver(call)
+    assert not running
+    assert budget <= sum(steps) <= budget + nb_actors * (step_size - 1)
+
+
+def test_actor_reporter_asks_for_three_intervals_at_its_rate(monkeypatch):
+    handle = _LaggingBoard(RunBoard((0,), (0,), nb_steps=100_000))
+    _lagging_ray(monkeypatch, handle)
+    clock = [0.0]
+    monkeypatch.setattr(workers.time, "monotonic", lambda: clock[0])
+    reporter = workers._ActorBoardReporter(handle, 0, 0, 0, nb_steps=100_000, interval=0.25)
+    assert reporter.should_stop() is False  # no lease yet: it asked and waited
+    assert handle.board._leases == [16]  # at least 16 steps before a rate is known
+    clock[0] += 0.25
+    reporter.on_steps(100)  # 400 env steps/s: past its lease, so it asks and waits
+    assert reporter.should_stop() is False
+    assert handle.board._leases == [100 + 3 * 0.25 * 400]
+
+
+def test_actor_reporter_stops_when_the_others_hold_the_rest_of_the_budget(monkeypatch):
+    handle = _LaggingBoard(RunBoard((0, 0), (0, 0), nb_steps=20))
+    _lagging_ray(monkeypatch, handle)
+    first, second = (
+        workers._ActorBoardReporter(handle, i, 0, 0, nb_steps=20, interval=10.0) for i in range(2)
     )
-    reporter.should_stop()
-    for steps in (100, 200, 300):  # 400 env steps/s, a report every 0.25 s
-        clock[0] += 0.25
-        reporter.on_steps(steps)
-        assert reporter.should_stop() is False
-    assert [r.steps for r in sent] == [0, 100, 200, 300]
-    clock[0] += 0.01  # no report due: the board said 400 as of step 200
-    reporter.on_steps(390)  # 400 + 2 x 190 + 1 x 400 steps/s x 2 x 0.25 s = 980
-    assert reporter.should_stop() is False and len(sent) == 4
-    reporter.on_steps(420)  # 400 + 2 x 220 + 200 = 1040: it may be there, so it reports
-    assert reporter.should_stop() is False and sent[-1].steps == 420
-    for steps in range(421, 500):  # and then at every step, until the board says 1000
-        reporter.on_steps(steps)
-        assert reporter.should_stop() is False and sent[-1].steps == steps
-    reporter.on_steps(500)
-    assert reporter.should_stop() is True and sent[-1].steps == 500
+    assert first.should_stop() is False  # leased 16 of the 20
+    assert second.should_stop() is False  # the 4 left
+    second.on_steps(4)
+    assert second.should_stop() is True  # the first holds the rest
+    first.on_steps(15)
+    assert first.should_stop() is False
+    first.on_steps(16)
+    assert first.should_stop() is True
 
 
 # ----------------------------------------------------------------- a local cluster
@@ -542,8 +615,8 @@ def test_ray_run_stops_for_nb_steps(spread_run):
     assert result.stop_reason == "nb_steps" and result.env_steps >= 1500
 
 
-def test_ray_run_overshoots_nb_steps_by_little(spread_run):
-    assert spread_run.result.env_steps <= 1500 + 100
+def test_ray_run_takes_exactly_nb_steps_with_one_env_per_actor(spread_run):
+    assert spread_run.result.env_steps == 1500  # the board leases no more than the budget
 
 
 def test_ray_per_actor_env_steps_sum_to_the_total(spread_run):

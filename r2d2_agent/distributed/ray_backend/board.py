@@ -38,6 +38,8 @@ class ActorReport:
         returns: Returns of the episodes finished since its previous report, in order.
         weights_version: The latest weights version the actor knows of (the reply
             carries the weights reference only if a newer one was published).
+        wanted: Env steps the actor asks to hold ahead of `steps` (its lease of the
+            run's `nb_steps`; ignored in a run without one).
     """
 
     index: int
@@ -45,6 +47,7 @@ class ActorReport:
     episodes: int
     returns: tuple[float, ...] = ()
     weights_version: int = 0
+    wanted: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,13 +62,15 @@ class PublishedWeights:
 
 @dataclass(frozen=True)
 class ActorReply:
-    """Board -> actor: whether to stop, the env steps of all actors together, and the
-    latest published weights if newer than the report's `weights_version` (their
-    reference: an actor fetches them only if newer), else None."""
+    """Board -> actor: whether to stop, the env steps of all actors together, the latest
+    published weights if newer than the report's `weights_version` (their reference: an
+    actor fetches them only if newer), else None, and the actor's lease: the env-step
+    count it may step up to (None in a run without `nb_steps`)."""
 
     stop: bool
     total_steps: int
     weights: PublishedWeights | None = None
+    lease: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,13 +111,22 @@ class BoardSnapshot:
 
 
 class RunBoard:
-    """The run's shared state: stop flag, counters, latest weights, pending events.
+    """The run's shared state: stop flag, counters, latest weights, pending events, and
+    the leases of the env-step budget.
+
+    With `nb_steps`, the budget is handed out in leases: actor i may step while its env
+    steps are below its lease, and the board never leases more than the budget holds
+    (each actor's lease or its steps, whichever is larger, summed). So a run's env steps
+    reach `nb_steps` and pass it by less than one actor step (`envs_per_actor` env
+    steps) per actor, however late the reports are.
 
     Args:
         actor_steps: Env steps per actor index to start from (a resumed run's).
         actor_episodes: Episodes per actor index to start from.
         updates: Learner updates to start from.
         sequences: Sequences received to start from.
+        nb_steps: The run's env-step budget (over all actors, a resumed run's steps
+            included), or None for none.
     """
 
     def __init__(
@@ -121,10 +135,13 @@ class RunBoard:
         actor_episodes: tuple[int, ...],
         updates: int = 0,
         sequences: int = 0,
+        nb_steps: int | None = None,
     ) -> None:
         if len(actor_steps) != len(actor_episodes):
             raise ValueError("actor_steps and actor_episodes must have one entry per actor")
+        self._nb_steps = nb_steps
         self._steps = [int(s) for s in actor_steps]
+        self._leases = list(self._steps)  # the env-step count each actor may step up to
         self._episodes = [int(e) for e in actor_episodes]
         self._learner = LearnerReport(int(updates), int(sequences), 0, 0, math.nan)
         self._returns: list[tuple[int, float]] = []
@@ -149,8 +166,24 @@ class RunBoard:
         self._episodes[i] = max(self._episodes[i], int(report.episodes))
         self._returns.extend((i, float(r)) for r in report.returns)
         return ActorReply(
-            self._stop, sum(self._steps), self.weights_if_newer(report.weights_version)
+            self._stop,
+            sum(self._steps),
+            self.weights_if_newer(report.weights_version),
+            self._lease(i, int(report.wanted)),
         )
+
+    def _lease(self, index: int, wanted: int) -> int | None:
+        """Extends actor `index`'s lease towards `wanted` env steps past its steps, as far
+        as the budget's unleased steps go; its lease (None without a budget).
+
+        A lease never shrinks: the actor may be stepping on it while the reply travels."""
+        if self._nb_steps is None:
+            return None
+        held = [max(s, lease) for s, lease in zip(self._steps, self._leases, strict=True)]
+        free = self._nb_steps - sum(held)
+        extra = min(self._steps[index] + wanted - held[index], free)
+        self._leases[index] = held[index] + max(0, extra)
+        return self._leases[index]
 
     # Learner ---------------------------------------------------------------------------
 

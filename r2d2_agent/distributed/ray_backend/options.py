@@ -60,10 +60,11 @@ class RayOptions:
     """Seconds between a process's reports to the run's board (counters, stop flag,
     episode returns; the signs of life the stall watchdog reads): the delay before a
     process sees a stop (Ctrl-C, a time limit, a learner's `nb_trains`) and the grain of
-    the progress output. Near `nb_steps` an actor reports at every env step (from its
-    measured rate it knows when the run may get there), so a run stops within about one
-    step per actor of its budget whatever the interval. 0.5 or more at hundreds of actors
-    (one board serves them all)."""
+    the progress output. It does not bound the overshoot of `nb_steps`: the board leases
+    the budget out (an actor steps only below its lease, asking each report for about
+    three intervals' worth), so a run passes `nb_steps` by less than one actor step per
+    actor whatever the interval. 0.5 or more at hundreds of actors (one board serves
+    them all)."""
     start_timeout: float = 300.0
     """Seconds a Ray actor may take to be placed and started (e.g. waiting for a node
     with free CPUs) before the run stops with an error instead of waiting forever."""

@@ -261,7 +261,7 @@ class RaySupervisor(BackendSupervisor):
         steps, episodes, updates, sequences = self._start_counts
         board_class = ray.remote(num_cpus=0, max_restarts=0)(RunBoard)
         self._board = board_class.options(scheduling_strategy=_on_this_node()).remote(
-            steps, episodes, updates, sequences
+            steps, episodes, updates, sequences, self.limits.nb_steps
         )
 
     def _setup(self, role: str, index: int | None, use_tf: bool, hide_gpu: bool) -> ChildSetup:

@@ -148,45 +148,16 @@ class _BoardPulse(KeepAliveLiveness):
                 self._board.set_busy.remote(self._who, False)
 
 
-def may_reach_budget(
-    total: int,
-    own_since_report: int,
-    nb_actors: int,
-    steps_per_second: float,
-    interval: float,
-    budget: int,
-) -> bool:
-    """Whether a run's env steps may reach `budget` before an actor's next report tells.
-
-    The board's `total` lags the run: it counts this actor's steps up to its last report,
-    and the other actors' up to theirs, each up to one report interval old when this
-    actor's report arrived and answered up to one interval later. So the estimate adds
-    this actor's steps since its report once per actor (the others are taken to step as
-    fast) and, for each other actor, two intervals of steps at this actor's rate.
-
-    Args:
-        total: The run's env steps in the board's last reply.
-        own_since_report: This actor's env steps since the report that reply answered.
-        nb_actors: Actors of the run.
-        steps_per_second: This actor's recent env steps per second (0 if not known yet).
-        interval: Seconds between an actor's reports.
-        budget: The run's env-step budget (`nb_steps`).
-
-    Returns:
-        True once the estimate reaches the budget: the actor then reports at every step.
-    """
-    unseen = (nb_actors - 1) * steps_per_second * 2.0 * interval
-    return total + own_since_report * nb_actors + unseen >= budget
-
-
 class _ActorBoardReporter:
     """`ActorProgress` reporting to the board; also the actor's stop condition.
 
     It reports every `interval` seconds without waiting: the reply (stop flag, the run's
-    env steps, the latest weights) is taken at the next due report, and a new report goes
-    only once the previous one was answered. Once the run's env steps may have reached
-    `nb_steps` (`may_reach_budget`, from this actor's measured rate) it reports at every
-    step and waits for the reply (so the budget is overshot by about one step per actor).
+    env steps, the latest weights, its lease) is taken at the next due report, and a new
+    report goes only once the previous one was answered. With `nb_steps` the actor steps
+    only below its lease of the budget (`RunBoard`): each report asks for enough to last
+    about three intervals at this actor's measured rate; an actor at the end of its lease
+    reports and waits for the reply, and stops if the board has nothing left to lease
+    (the other actors hold the rest of the budget).
     """
 
     def __init__(
@@ -197,17 +168,17 @@ class _ActorBoardReporter:
         episodes: int,
         *,
         nb_steps: int | None,
-        nb_actors: int,
         interval: float,
+        step_size: int = 1,
     ) -> None:
         self._board = board
         self._index = index
         self._steps = steps
         self._episodes = episodes
         self._returns: list[float] = []
-        self._nb_steps = nb_steps
-        self._nb_actors = nb_actors
         self._interval = interval
+        self._step_size = step_size  # env steps of one actor step (its envs)
+        self._lease = None if nb_steps is None else steps  # nothing leased before a reply
         self._next_report = 0.0
         self._steps_at_report = steps
         self._total = 0
@@ -230,12 +201,24 @@ class _ActorBoardReporter:
 
     def _send(self) -> None:
         known = 0 if self._weights is None else self._weights.version
-        report = ActorReport(self._index, self._steps, self._episodes, tuple(self._returns), known)
+        report = ActorReport(
+            self._index,
+            self._steps,
+            self._episodes,
+            tuple(self._returns),
+            known,
+            wanted=self._wanted(),
+        )
         self._returns.clear()
         self._in_flight = (self._board.actor_report.remote(report), self._steps)
         now = time.monotonic()
         self._measure_rate(now)
         self._next_report = now + self._interval
+
+    def _wanted(self) -> int:
+        """Env steps to ask to hold ahead: three intervals at the measured rate (a report
+        interval, its reply's trip, a margin), and at least 16 actor steps."""
+        return max(16 * self._step_size, math.ceil(3.0 * self._interval * self._rate))
 
     def _measure_rate(self, now: float) -> None:
         """Updates the env steps per second from the steps since the previous report
@@ -262,6 +245,8 @@ class _ActorBoardReporter:
         self._total = reply.total_steps
         if reply.weights is not None:  # newer than the weights known
             self._weights = reply.weights
+        if self._lease is not None and reply.lease is not None:
+            self._lease = max(self._lease, reply.lease)
         self._steps_at_report = steps
         return True
 
@@ -289,18 +274,14 @@ class _ActorBoardReporter:
         return self._stop
 
     def should_stop(self) -> bool:
-        """Whether the actor stops before its next env step."""
-        budget = self._nb_steps
-        if budget is not None and may_reach_budget(
-            self._total,
-            self._steps - self._steps_at_report,
-            self._nb_actors,
-            self._rate,
-            self._interval,
-            budget,
-        ):
-            self.report()
-        return self.stopped() or (budget is not None and self._total >= budget)
+        """Whether the actor stops before its next env step: the stop flag, or its lease
+        used up with nothing left to lease."""
+        if self.stopped():
+            return True
+        if self._lease is None or self._steps < self._lease:
+            return False
+        self.report()  # asks for more, and waits for the answer
+        return self._stop or self._steps >= self._lease
 
 
 class _LearnerBoardReporter:
@@ -397,8 +378,8 @@ class ActorWorker:
                 steps,
                 episodes,
                 nb_steps=actor.nb_steps,
-                nb_actors=spec.nb_actors,
                 interval=interval,
+                step_size=spec.config.envs_per_actor,
             )
             env = make_actor_envs(spec)
             sender = ActorCallSender(
