@@ -32,7 +32,8 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 _LEGACY_VAR_BEFORE = os.environ.get("TF_USE_LEGACY_KERAS")
 _TF_IMPORTED_BEFORE = "tensorflow" in sys.modules
@@ -150,6 +151,7 @@ __all__ = [
     "rl_callbacks",
     "rl_processors",
     "enable_gpu_memory_growth",
+    "flat_caller",
     "set_global_seed",
 ]
 
@@ -197,3 +199,48 @@ def set_global_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     tf.random.set_seed(seed)
+
+
+def flat_caller(function: Any) -> Callable[..., Any]:
+    """A traced function of flat tensor inputs as a callable on arrays, without the
+    argument binding of `ConcreteFunction.__call__`.
+
+    `ConcreteFunction.__call__` matches its arguments against the structured signature
+    (types, subtypes, shapes) in Python at every call: about 0.7 ms of a 7 ms learner
+    update at `memory_config` (benchmarks/RESULTS.md, "The update's call, bound once").
+    This checks each array's shape once against the signature, converts it to the
+    signature's dtype as `__call__` does (`tf.convert_to_tensor`), and runs the graph
+    through TensorFlow's private `ConcreteFunction._call_flat` (the call `__call__` ends
+    in, present since TensorFlow 2.0); on a TensorFlow without it, it calls the function
+    the public way.
+
+    Args:
+        function: A concrete function whose inputs are a flat list of `TensorSpec`s of
+            fully known shapes (`tf.function(input_signature=[...])`'s
+            `get_concrete_function()`).
+
+    Returns:
+        `call(*arrays)`, giving what `function(*arrays)` gives.
+
+    Raises:
+        ValueError: From `call`, on an array whose shape is not its spec's, naming both.
+        TypeError: From `call`, on a wrong number of arrays.
+    """
+    specs = function.structured_input_signature[0]
+    shapes = [tuple(spec.shape.as_list()) for spec in specs]
+    dtypes = [spec.dtype for spec in specs]
+    call_flat = getattr(function, "_call_flat", None)
+
+    def call(*arrays: Any) -> Any:
+        if len(arrays) != len(specs):
+            raise TypeError(f"{function.name} takes {len(specs)} arrays, got {len(arrays)}")
+        tensors = []
+        for spec, shape, dtype, array in zip(specs, shapes, dtypes, arrays, strict=True):
+            if np.shape(array) != shape:
+                raise ValueError(f"{spec.name} must have shape {shape}, got {np.shape(array)}")
+            tensors.append(tf.convert_to_tensor(array, dtype=dtype))
+        if call_flat is None:
+            return function(*tensors)
+        return call_flat(tensors, function.captured_inputs)
+
+    return call

@@ -189,3 +189,58 @@ def test_keras3_first_gives_clear_import_error():
     assert "TensorFlow was imported before r2d2_agent" in proc.stdout
     assert "TF_USE_LEGACY_KERAS=1" in proc.stdout
     assert "import r2d2_agent before" in proc.stdout
+
+
+def _scaled_sum():
+    """A traced function of two flat inputs that also adds to a variable it captures."""
+    total = tf.Variable(0.0)
+
+    @tf.function(input_signature=[tf.TensorSpec((3,), tf.float32), tf.TensorSpec((), tf.int32)])
+    def scaled_sum(*args):
+        values, factor = args
+        out = tf.reduce_sum(values) * tf.cast(factor, tf.float32)
+        total.assign_add(out)
+        return out, values * 2.0
+
+    return scaled_sum.get_concrete_function(), total
+
+
+def test_flat_caller_gives_what_the_function_gives_and_updates_its_variables():
+    function, total = _scaled_sum()
+    call = compat.flat_caller(function)
+    values = np.array([1.0, 2.0, 3.5])  # float64: converted to the spec's float32
+    out, doubled = call(values, np.int64(2))
+    expected_out, expected_doubled = function(values.astype(np.float32), np.int32(2))
+    assert float(out) == float(expected_out) == 13.0
+    assert doubled.dtype == tf.float32 and doubled.numpy().tolist() == [2.0, 4.0, 7.0]
+    assert expected_doubled.numpy().tolist() == [2.0, 4.0, 7.0]
+    assert float(total.numpy()) == 26.0  # both calls added
+
+
+def test_flat_caller_names_an_array_of_the_wrong_shape():
+    call = compat.flat_caller(_scaled_sum()[0])
+    with pytest.raises(ValueError, match=r"args_0 must have shape \(3,\), got \(4,\)"):
+        call(np.zeros(4, np.float32), 1)
+
+
+def test_flat_caller_refuses_a_wrong_number_of_arrays():
+    call = compat.flat_caller(_scaled_sum()[0])
+    with pytest.raises(TypeError, match="takes 2 arrays, got 1"):
+        call(np.zeros(3, np.float32))
+
+
+def test_flat_caller_calls_the_public_way_on_a_tensorflow_without_call_flat():
+    function, total = _scaled_sum()
+    calls = []
+
+    class Public:  # a concrete function as a TensorFlow without `_call_flat` would give
+        structured_input_signature = function.structured_input_signature
+        name = function.name
+        captured_inputs = function.captured_inputs
+
+        def __call__(self, *tensors):
+            calls.append([t.dtype for t in tensors])
+            return function(*tensors)
+
+    out, _ = compat.flat_caller(Public())(np.ones(3), 3)
+    assert float(out) == 9.0 and calls == [[tf.float32, tf.int32]]

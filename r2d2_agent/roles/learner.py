@@ -33,7 +33,7 @@ from r2d2_agent.checkpoints import (
     is_checkpoint_file,
     read_checkpoint,
 )
-from r2d2_agent.compat import keras, tf
+from r2d2_agent.compat import flat_caller, keras, tf
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.math import check_reward_moments, importance_weights, linear_schedule, tf_ops
 from r2d2_agent.networks.keras_net import R2D2Network
@@ -114,7 +114,7 @@ class R2D2Learner:
             input_signature=self._update_signature(),
             autograph=self.online.needs_autograph,
         )
-        self._update: Any = None  # its concrete function (`_compiled_update`)
+        self._update: Any = None  # its concrete function, through `flat_caller`
 
     # Data in / weights out -----------------------------------------------------------
 
@@ -421,13 +421,15 @@ class R2D2Learner:
         return priorities
 
     def _compiled_update(self) -> Any:
-        """The update traced for the batch's fields as flat arguments. Called as a
-        concrete function, it skips what a `tf.function` does at every call with a dict
-        of arrays, working out the call's signature (with the reward merge moved into
-        the graph, about 5% of the agent's cycle at `memory_config`:
-        benchmarks/RESULTS.md, "The update's call")."""
+        """The update traced for the batch's fields as flat arguments, called through
+        `flat_caller`: it skips what a `tf.function` does at every call with a dict of
+        arrays, working out the call's signature (with the reward merge moved into the
+        graph, about 5% of the agent's cycle at `memory_config`), and the concrete
+        function's own binding of the arrays to its signature (about 7% more:
+        benchmarks/RESULTS.md, "The update's call" and "The update's call, bound
+        once")."""
         if self._update is None:
-            self._update = self._train.get_concrete_function()
+            self._update = flat_caller(self._train.get_concrete_function())
         return self._update
 
     def _update_signature(self) -> list[Any]:
