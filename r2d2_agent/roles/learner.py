@@ -425,9 +425,9 @@ class R2D2Learner:
         `flat_caller`: it skips what a `tf.function` does at every call with a dict of
         arrays, working out the call's signature (with the reward merge moved into the
         graph, about 5% of the agent's cycle at `memory_config`), and the concrete
-        function's own binding of the arrays to its signature (about 7% more:
-        benchmarks/RESULTS.md, "The update's call" and "The update's call, bound
-        once")."""
+        function's own binding of the arrays to its signature (about 6% more of a
+        `memory_config` run's wall: benchmarks/RESULTS.md, "The update's call" and "The
+        update's call, bound once")."""
         if self._update is None:
             self._update = flat_caller(self._train.get_concrete_function())
         return self._update
