@@ -291,13 +291,14 @@ class _FakeLearner:
         return [i.env_steps for c in self.calls if c.answer for i in c.items]
 
 
+def _wait_answered(refs, timeout=None):
+    """`ray.wait` over fake calls: (answered, unanswered)."""
+    return [r for r in refs if r.answer is not None], [r for r in refs if r.answer is None]
+
+
 def _fake_ray(monkeypatch, module) -> None:
     """`ray.wait` and `ray.get` of `module` over `_Call`s (a get of an unanswered call
     times out after a short sleep)."""
-
-    def wait(refs, timeout=None):
-        done = [r for r in refs if r.answer is not None]
-        return done, [r for r in refs if r.answer is None]
 
     def get(ref, timeout=None):
         if ref.answer is None:
@@ -305,7 +306,7 @@ def _fake_ray(monkeypatch, module) -> None:
             raise channels.GetTimeoutError()
         return ref.answer
 
-    monkeypatch.setattr(module, "ray", SimpleNamespace(wait=wait, get=get))
+    monkeypatch.setattr(module, "ray", SimpleNamespace(wait=_wait_answered, get=get))
 
 
 def test_sender_keeps_at_most_its_bound_while_the_learner_takes_nothing(monkeypatch):
@@ -462,16 +463,12 @@ class _LaggingBoard:
 
 
 def _lagging_ray(monkeypatch, handle: _LaggingBoard) -> None:
-    def wait(refs, timeout=None):
-        done = [r for r in refs if r.answer is not None]
-        return done, [r for r in refs if r.answer is None]
-
     def get(ref, timeout=None):
         if ref.answer is None:  # the actor waits: its report reaches the board now
             handle.deliver(ref)
         return ref.answer
 
-    monkeypatch.setattr(workers, "ray", SimpleNamespace(wait=wait, get=get))
+    monkeypatch.setattr(workers, "ray", SimpleNamespace(wait=_wait_answered, get=get))
 
 
 @pytest.mark.parametrize(("nb_actors", "step_size"), [(1, 1), (3, 1), (4, 8)])
