@@ -77,9 +77,11 @@ EVAL_EPISODES = 20
 TASKS: dict[str, tuple[str, dict[str, Any], int]] = {
     "tmaze-5": ("TMaze", {"length": 5}, 2_500),
     "tmaze-20": ("TMaze", {"length": 20}, 2_500),
+    "tmaze-35": ("TMaze", {"length": 35}, 2_500),
     "tmaze-50": ("TMaze", {"length": 50}, 2_500),
     "cue-10": ("CueRecall", {"delay": 10, "symbols": 4}, 2_500),
     "cue-30": ("CueRecall", {"delay": 30, "symbols": 4}, 2_500),
+    "cue-60": ("CueRecall", {"delay": 60, "symbols": 4}, 2_500),
     "repeat-4": ("RepeatPrevious", {"k": 4, "symbols": 4, "length": 50}, 2_500),
     "repeat-8": ("RepeatPrevious", {"k": 8, "symbols": 4, "length": 50}, 2_500),
     "repeat-6x8": ("RepeatPrevious", {"k": 6, "symbols": 8, "length": 40}, 2_500),

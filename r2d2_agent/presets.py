@@ -156,13 +156,15 @@ def memory_window(memory_span: int) -> dict[str, int]:
     back into the burn-in or across windows), and while it explores the agent lives the
     gap longer than it is (it waits, turns back, dithers at a junction). So the trained
     window `input_length` is the smallest power of two above twice the span (and at least
-    16), and `train_interval` grows with it (`input_length // 4` env steps per update), so
-    the learner trains on the same number of steps per env step as with the 16-step
-    window. Measured on the memory suite (benchmarks/RESULTS.md, "Memory suite, seeds
-    0-4"): a 20-step T-maze with a 32-step window reached a median best greedy of 0.45
-    over seeds 0-4, with 64 steps 1.00; a cue named 30 steps later a median of 0.50 with
-    32 steps, 0.80 with 64 (seeds 0-4); "repeat 8 steps back" was at chance with 16 and
-    with 32.
+    16). `train_interval` grows with it: up to 64 steps, `input_length // 4` env steps per
+    update, so the learner trains on the same number of steps per env step as with the
+    16-step window; from 128 steps (spans of 32 and more), `input_length // 8`, twice as
+    much per env step. Measured on the memory suite (benchmarks/RESULTS.md, "Memory suite,
+    seeds 0-4" and "Long spans"): a 20-step T-maze with a 32-step window reached a median
+    best greedy of 0.45 over seeds 0-4, with 64 steps 1.00; a cue named 30 steps later a
+    median of 0.50 with 32 steps, 0.80 with 64 (seeds 0-4); with a 128-step window, the
+    50-step T-maze 0.40 training every 32 env steps and 0.50 every 16, a cue named 60 steps
+    later -0.10 and 0.20, a 35-step T-maze 0.40 and 0.45 (medians of seeds 0-4).
 
     Args:
         memory_span: The longest gap, in env steps, between an observation and the step
@@ -176,13 +178,14 @@ def memory_window(memory_span: int) -> dict[str, int]:
         ValueError: If `memory_span` is not an int >= 0.
 
     Example:
-        >>> memory_window(4), memory_window(20)
-        ({'input_length': 16, 'train_interval': 4}, {'input_length': 64, 'train_interval': 16})
+        >>> memory_window(4), memory_window(20), memory_window(50)
+        ({'input_length': 16, 'train_interval': 4}, {'input_length': 64, 'train_interval': 16},
+         {'input_length': 128, 'train_interval': 16})
     """
     if isinstance(memory_span, bool) or not isinstance(memory_span, int) or memory_span < 0:
         raise ValueError(f"memory_span must be an int >= 0 (env steps), got {memory_span!r}")
     length = max(16, 1 << (2 * memory_span).bit_length())  # smallest power of two > 2 span
-    return dict(input_length=length, train_interval=length // 4)
+    return dict(input_length=length, train_interval=length // (4 if length <= 64 else 8))
 
 
 def memory_config(

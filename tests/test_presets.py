@@ -167,21 +167,23 @@ WINDOWS = [
     (16, 64, 16),
     (20, 64, 16),
     (31, 64, 16),
-    (32, 128, 32),
-    (50, 128, 32),
-    (100, 256, 64),
+    (32, 128, 16),  # from 128 steps on, twice the trained steps per env step
+    (50, 128, 16),
+    (100, 256, 32),
 ]
 
 
 @pytest.mark.parametrize(("span", "length", "interval"), WINDOWS)
-def test_memory_window_covers_the_span_with_the_same_trained_steps_per_env_step(
+def test_memory_window_covers_twice_the_span_and_trains_long_windows_twice_as_often(
     span, length, interval
 ):
     window = presets.memory_window(span)
     assert window == {"input_length": length, "train_interval": interval}
     assert window["input_length"] >= 2 * span + 1
-    # batch_size * input_length / train_interval trained steps per env step, as with 16 / 4
-    assert window["input_length"] / window["train_interval"] == 16 / 4
+    # batch_size * input_length / train_interval trained steps per env step: as with 16 / 4
+    # up to 64-step windows, twice that from 128 steps on
+    ratio = window["input_length"] / window["train_interval"]
+    assert ratio == (16 / 4 if length <= 64 else 2 * 16 / 4)
 
 
 @pytest.mark.parametrize("span", [-1, 2.5, "20", True, None])
@@ -200,7 +202,7 @@ def test_memory_config_takes_the_window_of_its_memory_span():
 
 def test_memory_config_overrides_win_over_the_memory_span():
     config = presets.memory_config((3,), 2, memory_span=50, input_length=40)
-    assert (config.input_length, config.train_interval) == (40, 32)
+    assert (config.input_length, config.train_interval) == (40, 16)
 
 
 def test_memory_config_names_a_bad_memory_span():
