@@ -81,6 +81,7 @@ TASKS: dict[str, tuple[str, dict[str, Any], int]] = {
     "tmaze-50": ("TMaze", {"length": 50}, 2_500),
     "cue-10": ("CueRecall", {"delay": 10, "symbols": 4}, 2_500),
     "cue-30": ("CueRecall", {"delay": 30, "symbols": 4}, 2_500),
+    "cue-45": ("CueRecall", {"delay": 45, "symbols": 4}, 2_500),
     "cue-60": ("CueRecall", {"delay": 60, "symbols": 4}, 2_500),
     "repeat-4": ("RepeatPrevious", {"k": 4, "symbols": 4, "length": 50}, 2_500),
     "repeat-8": ("RepeatPrevious", {"k": 8, "symbols": 4, "length": 50}, 2_500),
