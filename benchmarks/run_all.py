@@ -86,6 +86,10 @@ BENCHMARKS = {
         ["bench_learning.py", "--env", "cartpole", "--seeds", "0", "--budget", "5000"],
         ["bench_learning.py", "--env", "cartpole", "--seeds", "0", "1", "2"],
     ),
+    "keep_best": (
+        ["keep_best.py", "--env", "cartpole", "--budget", "2000", "--interval", "1000"],
+        ["keep_best.py", "--env", "masked", "--seeds", "0", "1", "2", "3", "4"],
+    ),
     "chaos": (["chaos.py", "--minutes", "2"], ["chaos.py"]),
 }
 """Name -> (quick arguments, full arguments)."""

@@ -149,6 +149,15 @@ BLOCKS = [
         "agent",
         replace=(("range(10_000)", "range(200)"),),
     ),
+    Declared(
+        'best_path="masked-best.h5", restore_best=True',  # EvaluationCallback
+        "agent",
+        replace=(
+            ("interval=5_000, episodes=10", "interval=100, episodes=2"),
+            ("nb_steps=60_000", "nb_steps=250"),
+            ("nb_episodes=10", "nb_episodes=2"),
+        ),
+    ),
     Declared("PrioritizedSequenceReplay(1_000", "agent"),
     Declared(
         "agent.record_episodes(keep=80",  # the recurrent-state diagnostic
@@ -293,6 +302,7 @@ DOCTESTED = [
     "r2d2_agent.presets",
     "r2d2_agent.keras_rl.agent",
     "r2d2_agent.callbacks.base",
+    "r2d2_agent.callbacks.evaluation",
     "r2d2_agent.runlog.reader",
     "r2d2_agent.envs.memory",
 ]

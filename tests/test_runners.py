@@ -302,6 +302,36 @@ def test_learner_runner_publishes_initially_every_interval_and_at_the_end(learne
     assert [int(w[0][0]) for w in learner_run.published] == [0, 4, 8, 10]
 
 
+class ReplacesWeightsAtTheEnd:
+    """An end hook that sets weights (as `EvaluationCallback(restore_best=True)` does)."""
+
+    def __init__(self, replace: bool) -> None:
+        self.replace = replace
+
+    def on_r2d2_learner_end(self, learner) -> None:
+        if self.replace:
+            learner.updates = 99  # FakeLearner's weights are its update count
+            learner.weights_replaced = getattr(learner, "weights_replaced", 0) + 1
+
+
+@pytest.mark.parametrize(
+    ("replace", "published"), [(True, [0, 4, 8, 10, 99]), (False, [0, 4, 8, 10])]
+)
+def test_learner_runner_publishes_again_when_an_end_hook_replaced_the_weights(replace, published):
+    publisher = ListPublisher()
+    runner = LearnerRunner(
+        FakeLearner(),
+        ListReceiver(items(100)),
+        publisher,
+        publish_interval=4,
+        nb_trains=10,
+        callbacks=[ReplacesWeightsAtTheEnd(replace)],
+        receive_timeout=0.0,
+    )
+    runner.run(lambda: False)
+    assert [int(w[0][0]) for w in publisher.published] == published
+
+
 def test_learner_runner_keeps_the_last_version_and_metrics(learner_run):
     assert learner_run.runner.version == 4 and learner_run.runner.metrics == {"loss": 0.1}
 

@@ -6,6 +6,8 @@
 * `RunLogCallback`: a run directory of JSON lines from every process, TensorBoard
   summaries and, optionally, the learning-curve picture.
 * `TensorBoardCallback`: namespaced TensorBoard scalars alone.
+* `EvaluationCallback`: greedy evaluations every interval on an env of its own, keeping
+  (and optionally restoring) the best weights, or ending the run at a mean return.
 * `StateDiscrepancyCallback`: the recurrent-state diagnostic (is burn-in long enough?)
   of a manager run: episodes recorded in the actors, measured in the learner.
 
@@ -15,12 +17,15 @@ of it.
 
 from r2d2_agent.callbacks.base import R2D2Callback
 from r2d2_agent.callbacks.checkpoint import CheckpointCallback
+from r2d2_agent.callbacks.evaluation import Evaluation, EvaluationCallback
 from r2d2_agent.callbacks.run_log import RunLogCallback
 from r2d2_agent.callbacks.state_discrepancy import StateDiscrepancyCallback
 from r2d2_agent.callbacks.tensorboard import TensorBoardCallback
 
 __all__ = [
     "CheckpointCallback",
+    "Evaluation",
+    "EvaluationCallback",
     "R2D2Callback",
     "RunLogCallback",
     "StateDiscrepancyCallback",

@@ -112,6 +112,13 @@ class R2D2Callback:
             )
         self._metric_logger(name, value)
 
+    @property
+    def metrics_written(self) -> bool:
+        """Whether `log_metric` writes anywhere now: in a running `fit`, `test` or
+        `train` with a `RunLogCallback`, a `TensorBoardCallback` or another metric writer
+        attached in this process."""
+        return bool(getattr(self._metric_logger, "has_sinks", False))
+
     def set_metric_logger(self, metric_logger: Callable[[str, float], None] | None) -> None:
         """Called by whoever runs the hooks with this process's metric logger (None when
         the run is over); not for users."""

@@ -179,7 +179,8 @@ class LearnerRunner:
         """Trains until `should_stop()` or `nb_trains` updates.
 
         Weights are published before the first update and, when the loop ends normally
-        (not when it raises), after the last one, before the end hook. The update's graph
+        (not when it raises), after the last one, before the end hook, and again after it
+        if the hook replaced them (`learner.weights_replaced`). The update's graph
         is built right after the first publish, while the actors start.
         """
         bind_metric_logger(
@@ -196,7 +197,10 @@ class LearnerRunner:
         if self.updates % self.publish_interval:
             self.publish()
         self.time.stop()
+        replaced = getattr(self.learner, "weights_replaced", 0)
         self._hooks("on_r2d2_learner_end")
+        if getattr(self.learner, "weights_replaced", 0) != replaced:
+            self.publish()  # an end hook set weights (EvaluationCallback's restore_best)
 
     def _hooks(self, name: str) -> None:
         """Runs a learner hook of every callback (busy: a checkpoint may take long)."""

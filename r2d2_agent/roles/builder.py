@@ -187,10 +187,12 @@ class R2D2Builder:
         from r2d2_agent.networks.keras_net import R2D2Network
         from r2d2_agent.roles.learner import R2D2Learner
 
-        return R2D2Learner(
+        learner = R2D2Learner(
             self.config,
             online=R2D2Network(self.config, self.image_model, name="online"),
             target=R2D2Network(self.config, self.image_model, name="target"),
             optimizer=optimizer if optimizer is not None else self.make_optimizer(),
             replay=replay if replay is not None else self.make_replay(),
         )
+        learner.policy_factory = self.make_policy
+        return learner

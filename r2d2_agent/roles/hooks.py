@@ -126,6 +126,11 @@ class MetricLogger:
         self.counters = counters
         self._warned = False
 
+    @property
+    def has_sinks(self) -> bool:
+        """Whether a callback of this process writes metrics (`on_r2d2_metric`)."""
+        return any(callable(getattr(c, "on_r2d2_metric", None)) for c in self.callbacks)
+
     def __call__(self, name: str, value: Any) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"a metric name must be a non-empty string, got {name!r}")

@@ -86,6 +86,13 @@ class R2D2Learner:
         """Where the run's env steps and episodes come from (set by whoever runs the
         learner: the single-process agent, or a distributed backend's shared counters);
         `counters()` adds the learner's own counts."""
+        self.weights_replaced = 0
+        """How many times the weights were replaced from outside training
+        (`set_weights`, `load_weights`, `restore`): a runner that sees it change in a
+        hook publishes the new weights."""
+        self.policy_factory: Callable[[], Any] | None = None
+        """Makes an acting network for this config (`R2D2Builder.make_policy`, set by
+        `make_learner`): what evaluations in the learner's process act with."""
         self.last_metrics: dict[str, float] = {}
         self._new_rewards = [0, 0.0]  # count, sum of squares not yet in the statistics
         self._merge: Any = None  # `flush_reward_statistics`'s graph, made on first use
@@ -164,6 +171,7 @@ class R2D2Learner:
         """Sets the online and the target network's weights."""
         self.online.set_weights(weights)
         self.update_target()
+        self.weights_replaced += 1
 
     def load_weights(self, filepath: str | os.PathLike[str]) -> None:
         """Loads online weights (the target gets a copy) from a weights file written by
@@ -192,6 +200,7 @@ class R2D2Learner:
                     "normalize_rewards and image model",
                 ) from exc
         self.update_target()
+        self.weights_replaced += 1
 
     def save_weights(self, filepath: str | os.PathLike[str], overwrite: bool = False) -> None:
         """Saves the online weights (reward statistics included) to HDF5, atomically.
@@ -317,6 +326,7 @@ class R2D2Learner:
         self._assign("optimizer", self._optimizer_variables(), state.optimizer_weights, state)
         self.updates = state.counters.learner_updates
         self.sequences_added = state.counters.sequences_received
+        self.weights_replaced += 1
         if replay_state is not None:
             self.replay.restore_state(replay_state)
             logger.info("restored a replay of %d sequences from %s", len(self.replay), state.path)
