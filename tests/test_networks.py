@@ -372,3 +372,23 @@ def test_stacked_gray_frames_become_channels_in_order(network_config):
     assert image.shape == (1, 4, 4, 2)
     np.testing.assert_allclose(image[..., 0], 0.2)
     np.testing.assert_allclose(image[..., 1], 0.4)
+
+
+@pytest.mark.parametrize("normalize", [False, True], ids=["plain", "reward_statistics"])
+def test_get_weights_reads_what_keras_get_weights_reads_now(network_config, normalize):
+    network = R2D2Network(network_config(normalize_rewards=normalize))
+    randomize_weights(network)
+    first = network.get_weights()  # traced read, then the same read after a change
+    changed = [w + 1.0 for w in first]
+    network.set_weights(changed)
+    for got, expected in zip(network.get_weights(), network.model.get_weights(), strict=True):
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+    assert [w.dtype for w in first] == [w.dtype for w in network.model.get_weights()]
+
+
+def test_get_weights_gives_arrays_the_caller_may_change(network_config):
+    network = R2D2Network(network_config())
+    weights = network.get_weights()
+    weights[0][...] = 7.0
+    assert not np.array_equal(network.get_weights()[0], weights[0])

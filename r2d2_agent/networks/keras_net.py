@@ -291,6 +291,7 @@ class R2D2Network:
             self.model, "reward_statistics", None
         )
         """The reward statistics with `normalize_rewards` (None without)."""
+        self._read_weights: Any = None  # `get_weights`' traced read, made on first use
 
     def unroll(
         self,
@@ -360,8 +361,19 @@ class R2D2Network:
         return np.zeros((batch_size, 2, self.config.lstm_units), np.float32)
 
     def get_weights(self) -> list[np.ndarray]:
-        """All weights as numpy arrays, in Keras order."""
-        return self.model.get_weights()
+        """All weights as numpy arrays, in Keras order (`model.get_weights()`).
+
+        One traced call reads every variable: Keras's `get_weights` collects the nested
+        models' variables and reads them one eager op each, about 0.7 ms for the
+        `memory_config` network against about 0.1 ms here (the learner reads its weights
+        at every actor sync and every publication; benchmarks/RESULTS.md, stop 37).
+        """
+        if self._read_weights is None:
+            variables = tuple(self.model.weights)
+            self._read_weights = tf.function(
+                lambda: [tf.identity(v) for v in variables], autograph=False
+            )
+        return [tensor.numpy() for tensor in self._read_weights()]
 
     def set_weights(self, weights: list[np.ndarray]) -> None:
         """Sets all weights (same order as `get_weights`)."""
