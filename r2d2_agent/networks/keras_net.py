@@ -365,7 +365,7 @@ class R2D2Network:
 
         One traced call reads every variable: Keras's `get_weights` collects the nested
         models' variables and reads them one eager op each, about 0.7 ms for the
-        `memory_config` network against about 0.1 ms here (the learner reads its weights
+        `memory_config` network against about 0.3 ms here (the learner reads its weights
         at every actor sync and every publication; benchmarks/RESULTS.md, "The learner's
         weights read in one call").
         """
