@@ -230,7 +230,6 @@ def flat_caller(function: Any) -> Callable[..., Any]:
     shapes = [tuple(spec.shape.as_list()) for spec in specs]
     dtypes = [spec.dtype for spec in specs]
     call_flat = getattr(function, "_call_flat", None)
-    to_tensor = _array_to_tensor()
 
     def call(*arrays: Any) -> Any:
         if len(arrays) != len(specs):
@@ -239,29 +238,9 @@ def flat_caller(function: Any) -> Callable[..., Any]:
         for spec, shape, dtype, array in zip(specs, shapes, dtypes, arrays, strict=True):
             if np.shape(array) != shape:
                 raise ValueError(f"{spec.name} must have shape {shape}, got {np.shape(array)}")
-            tensors.append(to_tensor(array, dtype))
+            tensors.append(tf.convert_to_tensor(array, dtype=dtype))
         if call_flat is None:
             return function(*tensors)
         return call_flat(tensors, function.captured_inputs)
 
     return call
-
-
-def _array_to_tensor() -> Callable[[Any, Any], Any]:
-    """`tf.convert_to_tensor(array, dtype=dtype)` for arrays and numbers, without its
-    dispatch layers: the array is cast to the dtype in numpy (as `tf.convert_to_tensor`
-    casts a Python or numpy value to a given dtype) and handed to TensorFlow's private
-    `convert_to_eager_tensor`, the call `convert_to_tensor` ends in (it copies the array,
-    so the tensor never shares the caller's buffer): about 12 us instead of 23 here. On a
-    TensorFlow without it, the public call."""
-    from tensorflow.python.eager import context  # noqa: PLC0415 (private, like _call_flat)
-    from tensorflow.python.framework import constant_op  # noqa: PLC0415
-
-    convert = getattr(constant_op, "convert_to_eager_tensor", None)
-    if convert is None:  # pragma: no cover - a TensorFlow without the private function
-        return lambda array, dtype: tf.convert_to_tensor(array, dtype=dtype)
-
-    def to_tensor(array: Any, dtype: Any) -> Any:
-        return convert(np.asarray(array, dtype=dtype.as_numpy_dtype), context.context(), dtype)
-
-    return to_tensor

@@ -244,31 +244,3 @@ def test_flat_caller_calls_the_public_way_on_a_tensorflow_without_call_flat():
 
     out, _ = compat.flat_caller(Public())(np.ones(3), 3)
     assert float(out) == 9.0 and calls == [[tf.float32, tf.int32]]
-
-
-@pytest.mark.parametrize(
-    ("value", "dtype"),
-    [
-        (np.arange(12, dtype=np.float64).reshape(3, 4) / 7, tf.float32),  # cast down
-        (np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2], tf.float32),  # a strided view
-        (np.array([[0, 255], [7, 8]], np.uint8), tf.uint8),
-        (np.array([True, False, True]), tf.bool),
-        (np.int64(2), tf.int32),
-        (3, tf.int32),
-        (np.zeros((2, 0, 3), np.float32), tf.float32),
-    ],
-    ids=["float64", "strided", "uint8", "bool", "numpy_scalar", "python_int", "empty"],
-)
-def test_flat_callers_conversion_is_convert_to_tensors(value, dtype):
-    fast = compat._array_to_tensor()(value, dtype)
-    public = tf.convert_to_tensor(value, dtype=dtype)
-    assert fast.dtype == public.dtype and fast.shape == public.shape
-    assert fast.device == public.device
-    np.testing.assert_array_equal(fast.numpy(), public.numpy())
-
-
-def test_flat_callers_tensor_does_not_share_the_arrays_buffer():
-    array = np.ones(4, np.float32)
-    tensor = compat._array_to_tensor()(array, tf.float32)
-    array[:] = 5.0  # a replay that reuses its batch buffers
-    assert tensor.numpy().tolist() == [1.0] * 4
