@@ -77,9 +77,9 @@ def test_an_evaluation_plays_the_learners_current_weights(agent):
     callback = EvaluationCallback(make_env, episodes=5)
     good = choosing(agent.config, agent.learner.get_weights(), 1)
     agent.learner.set_weights(good)
-    first = callback.evaluate(agent.learner, agent.builder.make_policy, env_steps=100)
+    first = callback.evaluate(agent.learner, env_steps=100)
     agent.learner.set_weights(choosing(agent.config, good, 0))
-    second = callback.evaluate(agent.learner, agent.builder.make_policy, env_steps=200)
+    second = callback.evaluate(agent.learner, env_steps=200)
     assert (first.mean_return, first.returns) == (1.0, (1.0,) * 5)
     assert (second.mean_return, second.env_steps) == (0.0, 200)
     assert callback.evaluations == [first, second]
@@ -91,7 +91,7 @@ def test_the_best_evaluation_and_its_weights_are_kept(agent):
     good = choosing(agent.config, bad, 1)
     for weights in (bad, good, bad):
         agent.learner.set_weights(weights)
-        callback.evaluate(agent.learner, agent.builder.make_policy, env_steps=0)
+        callback.evaluate(agent.learner, env_steps=0)
     assert callback.best is callback.evaluations[1]
     assert callback.best_mean == 1.0
     for kept, expected in zip(callback.best_weights, good, strict=True):
@@ -114,9 +114,9 @@ def test_fit_with_several_envs_counts_the_interval_in_env_steps_of_all(make_conf
 
 def test_evaluations_play_new_episodes_from_a_seeded_start(agent):
     first, again = (EvaluationCallback(PaysTheStart, episodes=3, seed=7) for _ in range(2))
-    a = first.evaluate(agent.learner, agent.builder.make_policy, env_steps=0)
-    b = first.evaluate(agent.learner, agent.builder.make_policy, env_steps=0)
-    c = again.evaluate(agent.learner, agent.builder.make_policy, env_steps=0)
+    a = first.evaluate(agent.learner, env_steps=0)
+    b = first.evaluate(agent.learner, env_steps=0)
+    c = again.evaluate(agent.learner, env_steps=0)
     assert a.returns == c.returns  # the same seed starts with the same episodes
     assert a.returns != b.returns  # later evaluations go on to new ones
 
@@ -179,7 +179,7 @@ def test_a_new_best_is_written_as_a_checkpoint_without_temp_files(agent, tmp_pat
     bad = choosing(agent.config, good, 0)
     for weights in (good, bad):  # the second is worse: not written
         agent.learner.set_weights(weights)
-        callback.evaluate(agent.learner, agent.builder.make_policy, env_steps=0)
+        callback.evaluate(agent.learner, env_steps=0)
     assert os.listdir(tmp_path) == ["best.h5"]
     agent.learner.load_weights(path)
     for now, expected in zip(agent.learner.get_weights(), good, strict=True):
@@ -216,7 +216,7 @@ def test_the_mean_return_goes_to_the_run_log(agent, tmp_path):
 
 def test_the_callback_pickles_without_its_env(agent):
     callback = EvaluationCallback(functools.partial(gym.make, "CartPole-v1"), episodes=1)
-    callback.evaluate(agent.learner, agent.builder.make_policy, env_steps=0)
+    callback.evaluate(agent.learner, env_steps=0)
     copy = pickle.loads(pickle.dumps(callback))
     assert copy._env is None and copy._actor is None
     assert copy.evaluations == callback.evaluations

@@ -182,23 +182,26 @@ class EvaluationCallback(R2D2Callback):
 
     # Evaluating ---------------------------------------------------------------------------
 
-    def evaluate(
-        self, learner: Any, policy_factory: Callable[[], Any], env_steps: int
-    ) -> Evaluation:
+    def evaluate(self, learner: Any, env_steps: int) -> Evaluation:
         """Plays `episodes` greedy episodes on `learner`'s online weights; keeps the best.
 
         Args:
-            learner: The `R2D2Learner` (its `config`, `get_weights`, `updates`, `save`).
-            policy_factory: Makes an acting network for the config (called once).
+            learner: The `R2D2Learner` (its `config`, `policy_factory`, `get_weights`,
+                `updates`, `save`), as `R2D2Builder.make_learner` builds it.
             env_steps: The run's training env steps, for the record.
+
+        Raises:
+            RuntimeError: If the learner has no `policy_factory` to act with.
 
         Returns:
             The evaluation (also appended to `evaluations`).
         """
         config = learner.config
         if self._actor is None:
+            if learner.policy_factory is None:
+                raise RuntimeError("the learner has no policy_factory (build it with make_learner)")
             epsilon = config.test_epsilon if self.epsilon is None else self.epsilon
-            self._actor = R2D2Actor(config, policy_factory(), None, epsilon, self.seed)
+            self._actor = R2D2Actor(config, learner.policy_factory(), None, epsilon, self.seed)
             self._env = self.make_env()
             first_seed = self.seed
         else:
@@ -236,14 +239,17 @@ class EvaluationCallback(R2D2Callback):
             self.request_stop(f"evaluation mean return {mean:.2f} reached stop_at={self.stop_at}")
         return result
 
-    def _restore(self, learner: Any) -> None:
-        if self.restore_best and self.best_weights is not None:
-            learner.set_weights(self.best_weights)
-            logger.info(
-                "restored the best evaluated weights (mean return %.2f at %d env steps)",
-                self.best.mean_return,
-                self.best.env_steps,
-            )
+    def _restore(self, learner: Any) -> bool:
+        """With `restore_best`, sets the best weights (if any); returns whether it did."""
+        if not self.restore_best or self.best_weights is None:
+            return False
+        learner.set_weights(self.best_weights)
+        logger.info(
+            "restored the best evaluated weights (mean return %.2f at %d env steps)",
+            self.best.mean_return,
+            self.best.env_steps,
+        )
+        return True
 
     def close(self) -> None:
         """Closes the evaluation env (a later evaluation makes a new one, seeded again).
@@ -268,12 +274,11 @@ class EvaluationCallback(R2D2Callback):
     def on_step_end(self, step: int, logs: dict | None = None) -> None:
         agent = self.model
         if getattr(agent, "training", False) and agent.step % self.interval == 0:
-            self.evaluate(agent.learner, agent.builder.make_policy, agent.step)
+            self.evaluate(agent.learner, agent.step)
 
     def on_train_end(self, logs: dict | None = None) -> None:
         agent = self.model
-        if getattr(agent, "training", False) and self.restore_best and self.best_weights:
-            self._restore(agent.learner)
+        if getattr(agent, "training", False) and self._restore(agent.learner):
             agent.sync_actor()
 
     # Manager: runs in the learner process -------------------------------------------------
@@ -283,9 +288,7 @@ class EvaluationCallback(R2D2Callback):
 
     def on_r2d2_learner_train_end(self, learner: Any) -> None:
         if learner.updates % self.interval == 0:
-            if learner.policy_factory is None:
-                raise RuntimeError("the learner has no policy_factory (build it with make_learner)")
-            self.evaluate(learner, learner.policy_factory, learner.counters().env_steps)
+            self.evaluate(learner, learner.counters().env_steps)
 
     def on_r2d2_learner_end(self, learner: Any) -> None:
         self._restore(learner)
