@@ -20,8 +20,11 @@ command with exit status 2 and a message naming it. A run writes one run directo
 `run.json`, JSON lines per process, `tensorboard/`, `checkpoints/`, `learning_curve.png`
 and `result.json` (the outcome and every evaluation). While training, a greedy evaluation
 every `--eval-interval` env steps stops the run at `--stop-return` (default: the env's
-reward threshold); at the end the learner's final weights are evaluated. `--resume RUN_DIR`
-continues a run in its own directory (nb_steps counts the checkpoint's env steps).
+reward threshold); at the end the learner's final weights are evaluated, and the weights
+of the best evaluation are written to `best_weights.h5` (load them with
+`R2D2Agent.load_weights`: a run's final weights are not always its best). `--resume
+RUN_DIR` continues a run in its own directory (nb_steps counts the checkpoint's env
+steps; `best_weights.h5` is replaced only by a better evaluation).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import json
 import logging
 import os
 import shlex
@@ -49,6 +53,7 @@ from r2d2_agent.checkpoints import (
     check_compatible,
     read_checkpoint,
     resolve_checkpoint,
+    write_checkpoint,
 )
 from r2d2_agent.config import InputType, R2D2Config
 from r2d2_agent.distributed import R2D2Manager
@@ -60,7 +65,7 @@ from r2d2_agent.replay import estimate_replay_bytes, largest_memory_capacity
 from r2d2_agent.replay.sizing import available_memory_bytes
 from r2d2_agent.runlog import write_json_atomic
 
-__all__ = ["PRESETS", "RESULT_FILE", "TrainPlan", "UsageError", "main", "plan_run"]
+__all__ = ["BEST_FILE", "PRESETS", "RESULT_FILE", "TrainPlan", "UsageError", "main", "plan_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +80,14 @@ PRESETS = {
 """Every public preset of `r2d2_agent.presets`, by name without its `_config` suffix."""
 
 RESULT_FILE = "result.json"
+"""The run's outcome in its run directory: the `TrainResult` counters, every evaluation,
+the best one and whether it reached the stop return."""
+BEST_FILE = "best_weights.h5"
+"""The best evaluation's weights in the run directory (a checkpoint without replay)."""
 
 _EXIT_CODES = {"interrupted": 130, "sigterm": 143, "sighup": 129}
 """The command's exit code after a stop from outside (128 + the signal's number, as a
 shell reports a process killed by it); 0 after any other stop."""
-"""The run's outcome in its run directory: the `TrainResult` counters, every evaluation,
-the best one and whether it reached the stop return."""
 
 FIELDS = {f.name for f in dataclasses.fields(R2D2Config)}
 ENV_FIELDS = ("input_shape", "nb_actions", "input_type", "input_sequence")
@@ -388,38 +395,78 @@ def plan_run(args: argparse.Namespace) -> TrainPlan:
 
 class _Evaluations:
     """`on_progress`: a greedy evaluation every `plan.eval_interval` env steps, logged as a
-    point of the learning curve; stops the run once one reaches `plan.stop_return`."""
+    point of the learning curve; stops the run once one reaches `plan.stop_return`. Keeps
+    the best evaluation's weights for `write_best` (a resumed run starts from the best of
+    the runs before, as its `result.json` and `best_weights.h5` recorded it)."""
 
     def __init__(self, plan: TrainPlan, manager: R2D2Manager, run_log: RunLogCallback) -> None:
         self.plan, self.manager, self.run_log = plan, manager, run_log
         self.records: list[dict[str, Any]] = []
+        self.best: dict[str, Any] | None = _recorded_best(plan.run_dir)
+        self._best_weights: list[np.ndarray] | None = None
         self._next = plan.eval_interval
         self._env: Any = None
 
-    def evaluate(self, env_steps: int, weights: Any = None) -> dict[str, Any]:
-        """Plays `eval_episodes` greedy episodes; records and logs them."""
+    def evaluate(self, env_steps: int, weights: list[np.ndarray]) -> dict[str, Any]:
+        """Plays `eval_episodes` greedy episodes with `weights`; records and logs them."""
         if self._env is None:
             self._env = self.plan.env_factory()
         returns = self.manager.evaluate(self.plan.eval_episodes, self._env, weights=weights)
         self.run_log.log_evaluation(env_steps, returns)
         record = {"env_steps": int(env_steps), "mean_return": float(np.mean(returns))}
         self.records.append(record)
+        if self.best is None or record["mean_return"] > self.best["mean_return"]:
+            self.best, self._best_weights = record, [np.array(w, copy=True) for w in weights]
         return record
 
     def __call__(self, progress: Any) -> None:
         if not self.plan.eval_interval or progress.env_steps < self._next:
             return
         self._next = progress.env_steps + self.plan.eval_interval
-        record = self.evaluate(progress.env_steps, self.manager.latest_weights())
+        weights = self.manager.latest_weights()
+        if weights is None:  # no publication yet
+            return
+        record = self.evaluate(progress.env_steps, weights)
         print(f"\n{record['env_steps']} env steps: greedy mean return {record['mean_return']:.1f}")
         stop = self.plan.stop_return
         if stop is not None and record["mean_return"] >= stop:
             print(f"reached the stop return {stop:g}: stopping", flush=True)
             self.manager.request_stop()
 
+    def write_best(self) -> str | None:
+        """Writes the best evaluation's weights to `BEST_FILE` in the run directory if this
+        run found a new best: a checkpoint (the run's last one with these online and target
+        weights, no replay) that `R2D2Agent.load_weights` reads.
+
+        Returns:
+            The file holding the best weights (None if no evaluation has any).
+        """
+        path = os.path.join(self.plan.run_dir, BEST_FILE)
+        if self._best_weights is None:
+            return path if self.best is not None else None
+        try:
+            last = read_checkpoint(os.path.join(self.plan.run_dir, "checkpoints"), False)
+        except CheckpointError as exc:
+            logger.warning("the best evaluation's weights are not written: %s", exc)
+            return None
+        return write_checkpoint(path, last.with_weights(self._best_weights))
+
     def close(self) -> None:
         if self._env is not None:
             self._env.close()
+
+
+def _recorded_best(run_dir: str) -> dict[str, Any] | None:
+    """The best evaluation a run before in `run_dir` recorded with its weights (None if
+    there is none: a new run, or a `result.json` or `best_weights.h5` missing)."""
+    try:
+        with open(os.path.join(run_dir, RESULT_FILE)) as file:
+            best = json.load(file).get("best_evaluation")
+    except (OSError, ValueError):
+        return None
+    if not best or not os.path.exists(os.path.join(run_dir, BEST_FILE)):
+        return None
+    return best
 
 
 def open_manager(plan: TrainPlan) -> tuple[R2D2Manager, RunLogCallback]:
@@ -470,12 +517,20 @@ def run(plan: TrainPlan, manager: R2D2Manager, run_log: RunLogCallback) -> dict[
                 flush=True,
             )
             final = None
-            if not result.interrupted and plan.eval_episodes > 0:
-                final = evaluations.evaluate(result.env_steps)
+            weights = manager.latest_weights()
+            if not result.interrupted and plan.eval_episodes > 0 and weights is not None:
+                final = evaluations.evaluate(result.env_steps, weights)
                 print(f"final greedy evaluation: mean return {final['mean_return']:.1f}")
+            best_weights = evaluations.write_best()
         finally:
             evaluations.close()
-    best = max(evaluations.records, key=lambda r: r["mean_return"], default=None)
+    best = evaluations.best
+    if best_weights is not None:
+        print(
+            f"best greedy evaluation: mean return {best['mean_return']:.1f} at "
+            f"{best['env_steps']} env steps; its weights: {best_weights}",
+            flush=True,
+        )
     summary = {
         "env_id": plan.env_id,
         "stop_reason": result.stop_reason,
@@ -488,6 +543,7 @@ def run(plan: TrainPlan, manager: R2D2Manager, run_log: RunLogCallback) -> dict[
         "evaluations": evaluations.records,
         "final_evaluation": final,
         "best_evaluation": best,
+        "best_weights": best_weights,
         "stop_return": plan.stop_return,
         "reached_stop_return": (
             plan.stop_return is not None

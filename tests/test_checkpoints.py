@@ -114,6 +114,32 @@ def test_write_leaves_no_temporary_file(written, tmp_path):
     assert os.listdir(tmp_path) == ["ckpt.h5"]
 
 
+def test_with_weights_replaces_online_and_target_and_keeps_the_rest(written):
+    state = read_checkpoint(written[0])
+    new = [np.full((8,), 7.0 + i, np.float32) for i in range(3)]
+    other = state.with_weights(new)
+    new[0][:] = -1.0  # the state holds copies
+    for array, i in zip(other.online_weights, range(3), strict=True):
+        np.testing.assert_array_equal(array, np.full((8,), 7.0 + i))
+    for a, b in zip(other.online_weights, other.target_weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert other.optimizer_names == state.optimizer_names
+    assert other.counters == state.counters and other.config == state.config
+    assert other.path is None and other.replay is None
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ([np.zeros(8, np.float32)] * 2, "2 weight arrays for a network of 3"),
+        ([np.zeros(8), np.zeros(9), np.zeros(8)], r"weight w1: shape \(9,\), the network's \(8,\)"),
+    ],
+)
+def test_with_weights_of_another_network_is_refused_naming_it(written, weights, message):
+    with pytest.raises(ValueError, match=message):
+        read_checkpoint(written[0]).with_weights(weights)
+
+
 @pytest.mark.parametrize(
     ("per_actor", "total", "actors", "expected"),
     [

@@ -15,11 +15,27 @@ import os
 import pathlib
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import tomllib
 
 from r2d2_agent import InputType, R2D2Agent
-from r2d2_agent.cli import UsageError, build_parser, main, plan_run
+from r2d2_agent.checkpoints import (
+    TrainingCounters,
+    TrainingState,
+    checkpoint_name,
+    read_checkpoint,
+    write_checkpoint,
+)
+from r2d2_agent.cli import (
+    BEST_FILE,
+    RESULT_FILE,
+    UsageError,
+    _Evaluations,
+    build_parser,
+    main,
+    plan_run,
+)
 from r2d2_agent.presets import cartpole_config, memory_config
 from r2d2_agent.runlog import read_run
 
@@ -165,6 +181,119 @@ def test_the_package_installs_the_r2d2_train_command():
     assert getattr(importlib.import_module(module), function) is main
 
 
+# ----------------------------------------------------------------- the best weights -----
+class _ScoresTheWeights:
+    """A manager whose greedy evaluation returns the first weight: weights of value v
+    evaluate to a mean return of v."""
+
+    def __init__(self):
+        self.stopped = False
+        self.published = None
+
+    def evaluate(self, nb_episodes, env, weights):
+        return [float(weights[0][0])] * nb_episodes
+
+    def latest_weights(self):
+        return self.published
+
+    def request_stop(self):
+        self.stopped = True
+
+
+def _weights(value):
+    return [np.full((3,), value, np.float32), np.full((2, 2), -value, np.float32)]
+
+
+def _evaluations(run_dir, stop_return=None):
+    """`_Evaluations` of a run directory holding one checkpoint (optimizer state 7)."""
+    os.makedirs(run_dir / "checkpoints", exist_ok=True)
+    weights = _weights(0.0)
+    state = TrainingState(weights, weights, [np.array(7)], ("a", "b"), ("iteration",),
+                          TrainingCounters(env_steps=900), {"gamma": 0.99}, "0.1")  # fmt: skip
+    write_checkpoint(run_dir / "checkpoints" / checkpoint_name(3), state)
+    plan = SimpleNamespace(run_dir=str(run_dir), eval_interval=100, eval_episodes=2,
+                           env_factory=lambda: SimpleNamespace(close=lambda: None),
+                           stop_return=stop_return)  # fmt: skip
+    run_log = SimpleNamespace(log_evaluation=lambda env_steps, returns: None)
+    return _Evaluations(plan, _ScoresTheWeights(), run_log)
+
+
+def _progress(evaluations, env_steps, value):
+    evaluations.manager.published = _weights(value)
+    evaluations(SimpleNamespace(env_steps=env_steps))
+
+
+def test_the_best_evaluations_weights_are_written_not_the_last(tmp_path):
+    evaluations = _evaluations(tmp_path)
+    for env_steps, value in ((100, 1.0), (200, 3.0), (300, 2.0), (400, 3.0)):
+        _progress(evaluations, env_steps, value)
+    path = evaluations.write_best()
+    assert path == str(tmp_path / BEST_FILE)
+    assert evaluations.best == {"env_steps": 200, "mean_return": 3.0}  # ties keep the first
+    best = read_checkpoint(path)
+    for array, expected in zip(best.online_weights, _weights(3.0), strict=True):
+        np.testing.assert_array_equal(array, expected)
+    for array, expected in zip(best.target_weights, _weights(3.0), strict=True):
+        np.testing.assert_array_equal(array, expected)
+    assert best.counters.env_steps == 900 and int(best.optimizer_weights[0]) == 7
+
+
+def test_weights_published_after_an_evaluation_do_not_change_the_kept_ones(tmp_path):
+    evaluations = _evaluations(tmp_path)
+    _progress(evaluations, 100, 5.0)
+    evaluations.manager.published[0][:] = 0.0  # the live arrays move on
+    best = read_checkpoint(evaluations.write_best())
+    np.testing.assert_array_equal(best.online_weights[0], np.full((3,), 5.0))
+
+
+def test_no_evaluation_writes_no_best_weights(tmp_path):
+    evaluations = _evaluations(tmp_path)
+    _progress(evaluations, 50, 5.0)  # before the first interval
+    assert evaluations.write_best() is None
+    assert not (tmp_path / BEST_FILE).exists()
+
+
+def _resumed(tmp_path, earlier_best):
+    """A run that wrote best_weights.h5 (value `earlier_best`) and result.json, then a resumed
+    run's `_Evaluations` in the same directory."""
+    first = _evaluations(tmp_path)
+    _progress(first, 100, earlier_best)
+    first.write_best()
+    result = {"best_evaluation": first.best}
+    (tmp_path / RESULT_FILE).write_text(json.dumps(result))
+    return _evaluations(tmp_path)
+
+
+def test_a_resumed_run_keeps_the_earlier_best_weights_unless_it_beats_them(tmp_path):
+    resumed = _resumed(tmp_path, earlier_best=4.0)
+    _progress(resumed, 100, 3.0)
+    assert resumed.write_best() == str(tmp_path / BEST_FILE)
+    assert resumed.best == {"env_steps": 100, "mean_return": 4.0}
+    kept = read_checkpoint(tmp_path / BEST_FILE)
+    np.testing.assert_array_equal(kept.online_weights[0], np.full((3,), 4.0))
+    _progress(resumed, 200, 6.0)
+    resumed.write_best()
+    beaten = read_checkpoint(tmp_path / BEST_FILE)
+    np.testing.assert_array_equal(beaten.online_weights[0], np.full((3,), 6.0))
+
+
+def test_a_resumed_run_without_the_best_file_starts_its_best_afresh(tmp_path):
+    _resumed(tmp_path, earlier_best=4.0)
+    os.remove(tmp_path / BEST_FILE)
+    resumed = _evaluations(tmp_path)
+    _progress(resumed, 100, 3.0)
+    assert resumed.best["mean_return"] == 3.0
+    assert read_checkpoint(resumed.write_best()).online_weights[0][0] == 3.0
+
+
+def test_an_evaluation_at_the_stop_return_stops_the_run(tmp_path):
+    evaluations = _evaluations(tmp_path, stop_return=2.5)
+    _progress(evaluations, 100, 2.0)
+    assert not evaluations.manager.stopped
+    _progress(evaluations, 200, 2.5)
+    assert evaluations.manager.stopped
+
+
 # ----------------------------------------------------------------- a run and its resume --
 TINY = ["--actors", "1", "--checkpoint-interval", "5", "--eval-interval", "0"]
 TINY += ["--eval-episodes", "2", "-q", "--set", "memory_warmup=8", "--set", "batch_size=8"]
@@ -209,6 +338,17 @@ def test_resume_continues_from_the_run_directorys_checkpoint(resumed):
     second = resumed.second
     assert second["resumed_from"].startswith(str(resumed.run_dir / "checkpoints"))
     assert second["env_steps"] >= 800 and second["episodes"] > resumed.first["episodes"]
+
+
+def test_each_run_keeps_the_best_evaluations_weights_in_the_run_directory(resumed):
+    first, second = resumed.first, resumed.second
+    assert first["best_weights"] == second["best_weights"] == str(resumed.run_dir / BEST_FILE)
+    evaluated = [first["final_evaluation"], second["final_evaluation"]]
+    assert second["best_evaluation"] == max(evaluated, key=lambda r: r["mean_return"])
+    best = read_checkpoint(resumed.run_dir / BEST_FILE)
+    last = read_checkpoint(resumed.run_dir / "checkpoints")
+    assert best.config == last.config and best.replay is None
+    assert [w.shape for w in best.online_weights] == [w.shape for w in last.online_weights]
 
 
 def test_resume_appends_to_the_same_logs(resumed):

@@ -11,7 +11,7 @@ a file stays in the file until `ReplaySnapshot.load`, so only its summary travel
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -212,6 +212,29 @@ class TrainingState:
     library_version: str
     path: str | None = field(default=None, compare=False)
     replay: ReplaySnapshot | None = field(default=None, compare=False)
+
+    def with_weights(self, weights: list[np.ndarray]) -> TrainingState:
+        """This state with `weights` as its online and target weights and no replay
+        (e.g. the weights of a run's best evaluation in its last checkpoint's frame).
+
+        Args:
+            weights: The network's weights, in `online_weights` order.
+
+        Raises:
+            ValueError: If their number or a shape differs from `online_weights`' (the
+                message names the variable).
+        """
+        if len(weights) != len(self.online_weights):
+            raise ValueError(
+                f"{len(weights)} weight arrays for a network of {len(self.online_weights)}"
+            )
+        arrays = [np.array(w, copy=True) for w in weights]
+        for name, new, old in zip(self.weight_names, arrays, self.online_weights, strict=True):
+            if new.shape != old.shape:
+                raise ValueError(f"weight {name}: shape {new.shape}, the network's {old.shape}")
+        return replace(
+            self, online_weights=arrays, target_weights=list(arrays), path=None, replay=None
+        )
 
     def describe(self) -> str:
         """One line for logs: file, updates, env steps, episodes (and the replay's size)."""
