@@ -90,6 +90,10 @@ BENCHMARKS = {
         ["keep_best.py", "--env", "cartpole", "--budget", "2000", "--interval", "1000"],
         ["keep_best.py", "--env", "masked", "--seeds", "0", "1", "2", "3", "4"],
     ),
+    "diagnose_collapse": (
+        ["diagnose_collapse.py", "--budget", "2000", "--interval", "1000", "--episodes", "2"],
+        ["diagnose_collapse.py", "--seed", "0"],
+    ),
     "chaos": (["chaos.py", "--minutes", "2"], ["chaos.py"]),
 }
 """Name -> (quick arguments, full arguments)."""

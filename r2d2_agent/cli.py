@@ -521,14 +521,14 @@ def run(plan: TrainPlan, manager: R2D2Manager, run_log: RunLogCallback) -> dict[
             if not result.interrupted and plan.eval_episodes > 0 and weights is not None:
                 final = evaluations.evaluate(result.env_steps, weights)
                 print(f"final greedy evaluation: mean return {final['mean_return']:.1f}")
-            best_weights = evaluations.write_best()
+            best_file = evaluations.write_best()
         finally:
             evaluations.close()
     best = evaluations.best
-    if best_weights is not None:
+    if best_file is not None:
         print(
             f"best greedy evaluation: mean return {best['mean_return']:.1f} at "
-            f"{best['env_steps']} env steps; its weights: {best_weights}",
+            f"{best['env_steps']} env steps; its weights: {best_file}",
             flush=True,
         )
     summary = {
@@ -543,7 +543,7 @@ def run(plan: TrainPlan, manager: R2D2Manager, run_log: RunLogCallback) -> dict[
         "evaluations": evaluations.records,
         "final_evaluation": final,
         "best_evaluation": best,
-        "best_weights": best_weights,
+        "best_weights": best_file,
         "stop_return": plan.stop_return,
         "reached_stop_return": (
             plan.stop_return is not None

@@ -34,6 +34,9 @@ LIMITS = dict(input_length=4, memory_capacity=64)  # what two of the invalid val
         ("input_type", "VALUES"),  # a string, not an InputType
         ("learning_rate_final", 0.0),
         ("learning_rate_final", -1e-4),
+        ("advantage_learning", 1.0),
+        ("advantage_learning", -0.5),
+        ("advantage_learning", float("nan")),
     ],
 )
 def test_invalid_value_raises_value_error_naming_field_and_value(make_config, field, value):

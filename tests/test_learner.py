@@ -331,6 +331,36 @@ def test_learner_fits_constant_rewards(shared):
     assert metrics["loss"] < 1e-2
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.5])
+def test_advantage_learning_widens_the_gap_to_its_fixed_point(learner_config, alpha):
+    """γ = 0, n = 1, no rescaling, reward 1 for action 0 and 0 for action 1: plain
+    targets fit Q(., 1) = 0; advantage learning fits (0 - α 1) / (1 - α) = -1 at α = 0.5
+    (the bandit of `test_advantage_learning_iterated_reaches_its_fixed_point`)."""
+    config = learner_config(
+        enable_rescaling=False, clipnorm=None, advantage_learning=alpha, target_update_interval=5
+    )
+    replay = SequenceReplay(SequenceLayout.from_config(config), 64, 0.9, seed=0)
+    rng = np.random.default_rng(7)
+    sequences, first_frame = [], 0
+    for _ in range(16):
+        sequence = make_sequence(config, rng, discount=0.0)
+        sequence["returns"][:] = (sequence["actions"] == 0).astype(np.float32)
+        replay.add(as_record(sequence, 1.0, first_frame))
+        sequences.append(sequence)
+        first_frame += len(sequence["frames"])
+    learner = make_learner(config, optimizer=keras.optimizers.Adam(0.01), replay=replay)
+    for _ in range(600):
+        learner.step()
+    batch = stack(sequences)  # the values it was trained on: both actions' at every step
+    b, length = config.burnin, config.input_length
+    _, state = learner.online.unroll(
+        batch["frames"][:, :b, None], (batch["state"][:, 0], batch["state"][:, 1])
+    )
+    q = learner.online.unroll(batch["frames"][:, b : b + length, None], state)[0].numpy()
+    assert np.median(q[..., 0]) == pytest.approx(1.0, abs=0.1)
+    assert np.median(q[..., 1]) == pytest.approx(-alpha / (1.0 - alpha), abs=0.1)
+
+
 def test_beta_stays_at_beta0_by_default(learner_config):
     learner = make_learner(learner_config())
     learner.updates = 10**6

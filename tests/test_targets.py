@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from r2d2_agent.math import (
     RESCALE_EPS,
+    action_gaps,
     apex_epsilon,
     importance_weights,
     inverse_rescale,
@@ -187,6 +188,59 @@ def test_n_step_targets_zero_discount_ignores_non_finite_q():
     q = np.array([[np.nan, np.inf]])
     y = n_step_targets([2.0], [0.0], q, q, double_q=True, rescaling=False)
     np.testing.assert_array_equal(y, [2.0])
+
+
+# Advantage learning ------------------------------------------------------------------------
+def test_action_gaps_without_rescaling_hand_values():
+    # Q_TARGET rows [1, 4, 2] and [6, 0.5, 2]: the best is 4 and 6.
+    np.testing.assert_allclose(action_gaps(Q_TARGET, [0, 0], rescaling=False), [3.0, 0.0])
+    np.testing.assert_allclose(action_gaps(Q_TARGET, [2, 1], rescaling=False), [2.0, 5.5])
+
+
+def test_action_gaps_are_taken_in_return_units_with_rescaling():
+    q = rescale(np.array([[10.0, 40.0, 25.0]]))  # returns 10, 40, 25 in the network's units
+    np.testing.assert_allclose(action_gaps(q, [0]), [30.0], rtol=1e-12)
+    np.testing.assert_allclose(action_gaps(q, [2]), [15.0], rtol=1e-12)
+    np.testing.assert_allclose(action_gaps(q, [1]), [0.0], atol=1e-12)
+
+
+def test_n_step_targets_subtract_the_correction_in_return_units():
+    # G + D max Q' - c: 1 + 0.5 * 4 - 0.5 = 2.5 (without h), h(2.5) with it.
+    args = ([1.0], [0.5], Q_ONLINE[:1], Q_TARGET[:1])
+    plain = n_step_targets(*args, double_q=False, rescaling=False, correction=[0.5])
+    np.testing.assert_allclose(plain, [2.5])
+    q_target = rescale(Q_TARGET[:1])
+    rescaled = n_step_targets(
+        [1.0], [0.5], Q_ONLINE[:1], q_target, double_q=False, correction=[0.5]
+    )
+    np.testing.assert_allclose(rescaled, rescale(np.array([2.5])), rtol=1e-12)
+
+
+@pytest.mark.parametrize("rescaling", [False, True], ids=["plain", "rescaled"])
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 0.9])
+def test_advantage_learning_iterated_reaches_its_fixed_point(alpha, rescaling):
+    """A one-step bandit (γ = 0), every action's target iterated from Q = 0: the best
+    action keeps its reward r*, the others go to (r - α r*) / (1 - α), so each gap grows
+    to (r* - r) / (1 - α) (Bellemare et al. 2016, worked by hand for this case)."""
+    rewards = np.array([1.0, 0.25, -2.0])
+    q = np.zeros((1, 3))
+    actions = np.arange(3)[None, :]  # every action's target in one row of three steps
+    for _ in range(400):
+        q_rows = np.repeat(q[:, None, :], 3, axis=1)  # Q(s, .) at each of the three steps
+        gaps = action_gaps(q_rows, actions, rescaling)
+        y = n_step_targets(
+            rewards[None, :],
+            np.zeros((1, 3)),
+            q_rows,
+            q_rows,
+            rescaling=rescaling,
+            correction=alpha * gaps,
+        )
+        q = y  # each action's value is its target (a learner that fits exactly)
+    values = inverse_rescale(q[0]) if rescaling else q[0]
+    best = rewards.max()
+    expected = np.where(rewards == best, best, (rewards - alpha * best) / (1.0 - alpha))
+    np.testing.assert_allclose(values, expected, rtol=1e-9, atol=1e-9)
 
 
 def test_td_errors_are_targets_minus_q():

@@ -81,6 +81,23 @@ def test_tf_n_step_targets_equal_numpy(double_q, rescaling):
     np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("rescaling", [True, False], ids=["rescaled", "plain"])
+def test_tf_action_gaps_and_corrected_targets_equal_numpy(rescaling):
+    returns, discount, q_online, q_target = random_target_inputs(seed=4)
+    actions = np.random.default_rng(4).integers(4, size=returns.shape)
+    gaps = np_math.action_gaps(q_target, actions, rescaling)
+    got_gaps = tf_ops.action_gaps(f32(q_target), tf.constant(actions, tf.int32), rescaling)
+    np.testing.assert_allclose(got_gaps.numpy(), gaps, rtol=RTOL, atol=ATOL)
+    assert (gaps > 0).any() and (gaps >= 0).all()
+    expected = np_math.n_step_targets(
+        returns, discount, q_online, q_target, rescaling=rescaling, correction=0.5 * gaps
+    )
+    got = tf_ops.n_step_targets(
+        f32(returns), f32(discount), f32(q_online), f32(q_target), True, rescaling, 0.5 * got_gaps
+    ).numpy()
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+
+
 def test_double_q_and_max_targets_differ_on_these_inputs():
     """Guards the test above: the inputs must make double-Q matter."""
     returns, discount, q_online, q_target = random_target_inputs(seed=3)

@@ -21,11 +21,12 @@ from r2d2_agent.math.reward_scale import (
     reward_scale,
 )
 from r2d2_agent.math.schedules import annealed_epsilon, apex_epsilon, linear_schedule
-from r2d2_agent.math.targets import n_step_returns, n_step_targets, td_errors
+from r2d2_agent.math.targets import action_gaps, n_step_returns, n_step_targets, td_errors
 
 __all__ = [
     "RESCALE_EPS",
     "REWARD_SCALE_EPS",
+    "action_gaps",
     "annealed_epsilon",
     "apex_epsilon",
     "check_reward_moments",

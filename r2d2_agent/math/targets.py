@@ -8,6 +8,9 @@ of `r2d2_agent.math.rescaling`. The target of step `t` is
 
 with `K = min(n, steps left in the episode)`, `D_t = 0` if the episode terminated within
 those `K` steps and `gamma^K` otherwise (a time limit bootstraps from the last state).
+With advantage learning (Bellemare et al. 2016) the target inside `h` is lowered by
+`alpha * gap_t`, where `gap_t = max_b Q(s_t, b) - Q(s_t, a_t)` in return units
+(`action_gaps`; the target network's values).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from numpy.typing import ArrayLike
 
 from r2d2_agent.math.rescaling import inverse_rescale, rescale
 
-__all__ = ["n_step_returns", "n_step_targets", "td_errors"]
+__all__ = ["action_gaps", "n_step_returns", "n_step_targets", "td_errors"]
 
 
 def n_step_returns(
@@ -87,10 +90,11 @@ def n_step_targets(
     q_bootstrap_target: ArrayLike,
     double_q: bool = True,
     rescaling: bool = True,
+    correction: ArrayLike | None = None,
 ) -> np.ndarray:
     """Bootstrapped n-step targets with optional double Q and value rescaling.
 
-    `y = h(G + D h^-1(Q_target(s', a*)))` with `a* = argmax_a Q_online(s', a)` when
+    `y = h(G + D h^-1(Q_target(s', a*)) - c)` with `a* = argmax_a Q_online(s', a)` when
     `double_q`, else `a* = argmax_a Q_target(s', a)` (the max of the target network).
     Without `rescaling`, `h` is the identity. Where `D == 0` the bootstrap term is exactly
     0, even for non-finite Q-values.
@@ -102,6 +106,8 @@ def n_step_targets(
         q_bootstrap_target: Target network `Q(s', .)`, shape `(*S, A)`.
         double_q: Select the bootstrap action with the online network.
         rescaling: Whether the Q-values live in the rescaled space.
+        correction: `c`, subtracted in return units (shape `S`; advantage learning's
+            `alpha * action_gaps(...)`); None for none.
 
     Returns:
         Targets `y` of shape `S`, in the network's output space.
@@ -119,7 +125,30 @@ def n_step_targets(
     with np.errstate(invalid="ignore"):
         bootstrap = np.where(disc != 0.0, disc * q_next, 0.0)
     y = g + bootstrap
+    if correction is not None:
+        y = y - np.asarray(correction, dtype=np.float64)
     return rescale(y) if rescaling else y
+
+
+def action_gaps(q: ArrayLike, actions: ArrayLike, rescaling: bool = True) -> np.ndarray:
+    """`max_b Q(s, b) - Q(s, a)` in return units: how far below the best action's value
+    the taken action's is (0 for a greedy action).
+
+    Args:
+        q: `Q(s, .)`, shape `(*S, A)`, in the network's output space.
+        actions: The actions `a`, shape `S`.
+        rescaling: Whether the Q-values live in the rescaled space (`h^-1` brings them to
+            return units first).
+
+    Returns:
+        The gaps, shape `S`, >= 0.
+    """
+    q = np.asarray(q, dtype=np.float64)
+    taken = np.take_along_axis(q, np.asarray(actions)[..., None], axis=-1)[..., 0]
+    best = np.max(q, axis=-1)
+    if rescaling:
+        best, taken = inverse_rescale(best), inverse_rescale(taken)
+    return best - taken
 
 
 def td_errors(targets: ArrayLike, q_taken: ArrayLike) -> np.ndarray:

@@ -11,7 +11,14 @@ from typing import Any
 from r2d2_agent.compat import tf
 from r2d2_agent.math.rescaling import RESCALE_EPS
 
-__all__ = ["inverse_rescale", "n_step_targets", "rescale", "sequence_loss", "sequence_priorities"]
+__all__ = [
+    "action_gaps",
+    "inverse_rescale",
+    "n_step_targets",
+    "rescale",
+    "sequence_loss",
+    "sequence_priorities",
+]
 
 
 def rescale(x: Any) -> Any:
@@ -45,8 +52,9 @@ def n_step_targets(
     q_target: Any,
     double_q: bool,
     rescaling: bool,
+    correction: Any = None,
 ) -> Any:
-    """`y = h(R + D h^-1(Q_target(s', argmax_a Q_online(s', a))))`.
+    """`y = h(R + D h^-1(Q_target(s', argmax_a Q_online(s', a))) - c)`.
 
     Args:
         returns: `(B, L)` n-step discounted reward sums, in return units.
@@ -55,6 +63,8 @@ def n_step_targets(
         q_target: `(B, L, A)` target Q-values at the bootstrap observations.
         double_q: Pick the action with the online net (else the max of the target net).
         rescaling: Apply `h` and `h^-1` (else the identity).
+        correction: `(B, L)` `c`, subtracted in return units (advantage learning's
+            `alpha * action_gaps(...)`); None for none.
 
     Returns:
         `(B, L)` targets in the network's units.
@@ -65,8 +75,21 @@ def n_step_targets(
     else:
         q_next = tf.reduce_max(q_target, axis=-1)
     if rescaling:
-        return rescale(returns + bootstrap_discount * inverse_rescale(q_next))
-    return returns + bootstrap_discount * q_next
+        q_next = inverse_rescale(q_next)
+    y = returns + bootstrap_discount * q_next
+    if correction is not None:
+        y = y - correction
+    return rescale(y) if rescaling else y
+
+
+def action_gaps(q: Any, actions: Any, rescaling: bool) -> Any:
+    """`max_b Q(s, b) - Q(s, a)` in return units, `(B, L)` from `q` `(B, L, A)` and
+    `actions` `(B, L)`."""
+    taken = tf.gather(q, actions, batch_dims=2)
+    best = tf.reduce_max(q, axis=-1)
+    if rescaling:
+        best, taken = inverse_rescale(best), inverse_rescale(taken)
+    return best - taken
 
 
 def sequence_priorities(td: Any, mask: Any, eta: float) -> Any:

@@ -519,9 +519,17 @@ class R2D2Learner:
             q_taken = tf.gather(q_online, actions, batch_dims=2)
             # 4. Double-Q n-step target at the bootstrap observation s_{t+K}, rescaled:
             #    y = h(R + γ^K (1 - d) h⁻¹(Q_target(s', argmax_a Q_online(s', a)))).
+            #    With advantage learning, less α times the taken action's gap below the
+            #    best one (the target network's, at s_t) inside h.
             bootstrap_index = batch["bootstrap_index"]
             q_boot_online = tf.gather(q_online_all, bootstrap_index, batch_dims=1)
             q_boot_target = tf.gather(q_target_all, bootstrap_index, batch_dims=1)
+            correction = None
+            if cfg.advantage_learning > 0.0:
+                gaps = tf_ops.action_gaps(
+                    q_target_all[:, : cfg.input_length], actions, cfg.enable_rescaling
+                )
+                correction = cfg.advantage_learning * gaps
             y = tf.stop_gradient(
                 tf_ops.n_step_targets(
                     returns,
@@ -530,6 +538,7 @@ class R2D2Learner:
                     q_boot_target,
                     cfg.enable_double_dqn,
                     cfg.enable_rescaling,
+                    correction,
                 )
             )
             td = y - q_taken
