@@ -177,6 +177,17 @@ class R2D2Config:
     """Per-step TD loss: "huber" (δ = 1) or "mse" (a name)."""
     target_update_interval: int = 2500
     """Learner updates between copies of the online weights into the target network."""
+    policy_average_updates: int = 0
+    """Learner updates the greedy policy's weights are averaged over (H, >= 0): with H > 0
+    the learner keeps an exponential moving average of the online weights, w̄ ← w̄ +
+    (w - w̄) / H after every update, and the greedy policy acts with it: `R2D2Agent.test`,
+    `predict`, evaluations (`EvaluationCallback`, `R2D2Manager.evaluate`, `r2d2-train`),
+    saved weights and checkpoints. Actors keep exploring with the online weights, and the
+    updates are those of H = 0, bit for bit: it changes which weights are read, not what
+    is learned. 0 (the default) gives the online weights. Once a task is solved, the
+    online network's greedy evaluations swing from update to update; the average keeps
+    more of them at the solved level, at the cost of a lag of about H updates
+    (benchmarks/RESULTS.md, stop 39)."""
     train_interval: int = 4
     """Single-process agent: env steps between learner updates (with N envs, env steps
     of all of them)."""
@@ -243,6 +254,7 @@ class R2D2Config:
         if self.is_anneal_updates is not None:
             _check_int("is_anneal_updates", self.is_anneal_updates, minimum=1)
         _check_int("burnin", self.burnin, minimum=0)
+        _check_int("policy_average_updates", self.policy_average_updates, minimum=0)
         if self.sequence_period is not None:
             _check_int("sequence_period", self.sequence_period, minimum=1)
             if self.sequence_period > self.input_length:

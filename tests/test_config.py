@@ -37,6 +37,9 @@ LIMITS = dict(input_length=4, memory_capacity=64)  # what two of the invalid val
         ("advantage_learning", 1.0),
         ("advantage_learning", -0.5),
         ("advantage_learning", float("nan")),
+        ("policy_average_updates", -1),
+        ("policy_average_updates", 2.5),
+        ("policy_average_updates", True),
     ],
 )
 def test_invalid_value_raises_value_error_naming_field_and_value(make_config, field, value):
@@ -180,6 +183,7 @@ _UNITS = {
     "target_update_interval": r"learner updates?",
     "is_anneal_updates": r"learner updates?",
     "learning_rate_anneal_updates": r"learner updates?",
+    "policy_average_updates": r"learner updates?",
     "learning_rate_final": r"per learner update",
     "train_interval": r"env steps?",
     "actor_sync_interval": r"env steps?",

@@ -29,6 +29,7 @@ from r2d2_agent.distributed import R2D2Manager, R2D2ProcessError, TrainResult, d
 from r2d2_agent.distributed.supervision import stop_signals
 from r2d2_agent.leftovers import find_mp_folders, reclaim_mp_folders
 from r2d2_agent.networks.numpy_net import weight_layout
+from r2d2_agent.networks.weights_io import split_published
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -194,13 +195,16 @@ def _two_actor_run(config):
         snapshots=snapshots,
         hook_calls=hooks.calls,
         latest_weights=manager.latest_weights(),
+        published=manager._final_weights,  # what the learner published last, as it is
         test_agent=manager.create_test_agent(),
     )
 
 
 @pytest.fixture(scope="module")
 def two_actor_run(manager_config, assert_no_leftovers):
-    run = _two_actor_run(manager_config())
+    # With the greedy policy's average: the learner publishes two weight sets, the actors
+    # explore with the first, the parent plays the second.
+    run = _two_actor_run(manager_config(policy_average_updates=5))
     assert_no_leftovers()
     yield run
     assert_no_leftovers()
@@ -295,6 +299,15 @@ def test_test_agent_holds_the_latest_weights(two_actor_run):
     got = two_actor_run.test_agent.learner.get_weights()
     for got_array, want in zip(got, two_actor_run.latest_weights, strict=True):
         np.testing.assert_array_equal(got_array, want)
+
+
+def test_latest_weights_are_the_policy_average_not_the_online_weights(two_actor_run):
+    online, policy = split_published(two_actor_run.published, averaged=True)
+    assert len(online) == len(policy) == len(two_actor_run.latest_weights)
+    assert all(
+        np.array_equal(a, b) for a, b in zip(policy, two_actor_run.latest_weights, strict=True)
+    )
+    assert not all(np.array_equal(a, b) for a, b in zip(online, policy, strict=True))
 
 
 def test_test_agent_computes_q_values_of_one_observation(two_actor_run):

@@ -47,6 +47,7 @@ from r2d2_agent.distributed.ray_backend.channels import (
     InboxReceiver,
     ObjectStoreSubscriber,
 )
+from r2d2_agent.networks.weights_io import split_published
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
@@ -591,6 +592,8 @@ def _spread_run(cluster, config):
         q_values = agent.compute_q_values(np.zeros(4, np.float32))
         return SimpleNamespace(
             result=result,
+            latest_weights=manager.latest_weights(),
+            published=manager._final_weights,  # the learner's last publication, as it is
             snapshots=snapshots,
             q_values=q_values,
             still_initialized=ray.is_initialized(),
@@ -604,7 +607,8 @@ def _spread_run(cluster, config):
 
 @pytest.fixture(scope="module")
 def spread_run(cluster, run_config):
-    return _spread_run(cluster, run_config(memory_warmup=20))
+    # With the greedy policy's average: two weight sets published, the actors take the first.
+    return _spread_run(cluster, run_config(memory_warmup=20, policy_average_updates=5))
 
 
 def test_ray_run_stops_for_nb_steps(spread_run):
@@ -624,6 +628,13 @@ def test_ray_per_actor_env_steps_sum_to_the_total(spread_run):
 def test_ray_learner_trained_and_published(spread_run):
     result = spread_run.result
     assert result.learner_updates > 0 and result.weights_version > 1
+
+
+def test_ray_latest_weights_are_the_policy_average(spread_run):
+    online, policy = split_published(spread_run.published, averaged=True)
+    assert len(online) == len(policy) == len(spread_run.latest_weights)
+    assert all(np.array_equal(a, b) for a, b in zip(policy, spread_run.latest_weights, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(online, policy, strict=True))
 
 
 def test_ray_actors_sit_on_both_nodes(spread_run):

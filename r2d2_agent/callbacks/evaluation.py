@@ -1,11 +1,12 @@
 """`EvaluationCallback`: greedy evaluations during training, keeping the best policy.
 
 A value-based agent's greedy policy can be solved at one evaluation and fail at the next
-(benchmarks/RESULTS.md, "Staying solved"). This callback evaluates the online network
-every `interval` on an env of its own, keeps the weights of the best evaluation (in
-memory, and atomically in `best_path` as a checkpoint), can hand them back to the agent
-when training ends, and can end the run once a mean return is reached: what
-Stable-Baselines3's `EvalCallback` and Keras's `restore_best_weights` do.
+(benchmarks/RESULTS.md, "Staying solved"). This callback evaluates the greedy policy
+(the online network, or its average with `policy_average_updates`) every `interval` on
+an env of its own, keeps the weights of the best evaluation (in memory, and atomically
+in `best_path` as a checkpoint), can hand them back to the agent when training ends, and
+can end the run once a mean return is reached: what Stable-Baselines3's `EvalCallback`
+and Keras's `restore_best_weights` do.
 """
 
 from __future__ import annotations
@@ -66,10 +67,11 @@ class EvaluationCallback(R2D2Callback):
     Each evaluation plays `episodes` whole episodes on an env made by `make_env` (one
     env for the run, reset with `seed` before the first evaluation only, so that each
     evaluation sees new episodes) with exploration rate `epsilon`, on the learner's
-    current online weights; training waits meanwhile. The mean return is logged
-    (`logging`, and with a `RunLogCallback` or `TensorBoardCallback` attached,
-    `log_metric("eval_mean_return")`: TensorBoard's `custom/eval_mean_return`). An
-    evaluation whose mean is above every earlier one becomes the best: its weights are
+    current greedy-policy weights (`get_policy_weights`: the online weights, or their
+    average with `config.policy_average_updates`); training waits meanwhile. The mean
+    return is logged (`logging`, and with a `RunLogCallback` or `TensorBoardCallback`
+    attached, `log_metric("eval_mean_return")`: TensorBoard's `custom/eval_mean_return`).
+    An evaluation whose mean is above every earlier one becomes the best: its weights are
     kept, and written to `best_path` (a checkpoint, atomically) when given.
 
     Works on an `R2D2Agent` (`fit`'s callbacks; `interval` in env steps) and on an
@@ -86,10 +88,10 @@ class EvaluationCallback(R2D2Callback):
             at every new best; `load_weights` and `resume_from` take it. None: kept in
             memory only.
         restore_best: When training ends (each `fit` call, or the manager's learner),
-            set the online and target networks to the best weights: the agent acts
-            with them afterwards, and in a manager run the callbacks listed after this
-            one see them (a `CheckpointCallback`'s final save). Training on afterwards
-            starts from them. Nothing changes if no evaluation ran.
+            set the online and target networks (and the average) to the best weights:
+            the agent acts with them afterwards, and in a manager run the callbacks
+            listed after this one see them (a `CheckpointCallback`'s final save).
+            Training on afterwards starts from them. Nothing changes if no evaluation ran.
         stop_at: End the run (`request_stop`) at the first evaluation whose mean return
             reaches this value; None never stops.
         epsilon: Exploration rate of the evaluations; None takes `config.test_epsilon`.
@@ -166,7 +168,7 @@ class EvaluationCallback(R2D2Callback):
         self.best: Evaluation | None = None
         """The best evaluation so far (the first of equal means)."""
         self.best_weights: list[np.ndarray] | None = None
-        """The online weights of `best`."""
+        """The weights `best` was played with (`get_policy_weights`)."""
         self._env: Any = None
         self._actor: R2D2Actor | None = None
 
@@ -183,10 +185,10 @@ class EvaluationCallback(R2D2Callback):
     # Evaluating ---------------------------------------------------------------------------
 
     def evaluate(self, learner: Any, env_steps: int) -> Evaluation:
-        """Plays `episodes` greedy episodes on `learner`'s online weights; keeps the best.
+        """Plays `episodes` greedy episodes on `learner`'s policy weights; keeps the best.
 
         Args:
-            learner: The `R2D2Learner` (its `config`, `policy_factory`, `get_weights`,
+            learner: The `R2D2Learner` (its `config`, `policy_factory`, `get_policy_weights`,
                 `updates`, `save`), as `R2D2Builder.make_learner` builds it.
             env_steps: The run's training env steps, for the record.
 
@@ -206,7 +208,7 @@ class EvaluationCallback(R2D2Callback):
             first_seed = self.seed
         else:
             first_seed = None  # later evaluations continue the env's randomness
-        weights = learner.get_weights()
+        weights = learner.get_policy_weights()
         self._actor.set_weights(weights)
         returns = _Returns()
         loop = EpisodeLoop(

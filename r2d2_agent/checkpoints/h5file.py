@@ -155,6 +155,7 @@ def write_checkpoint(path: str | os.PathLike[str], state: TrainingState) -> str:
     path = os.fspath(path)
     replay = state.replay.load() if state.replay is not None else None
     nb_datasets = len(state.online_weights) + len(state.target_weights)
+    nb_datasets += len(state.average_weights or ())
     nb_datasets += len(state.optimizer_weights) + 2 + len(replay or ())
     # `.<name>.<owner tag>.tmp`, fsynced, renamed, directory fsynced; if we are killed, a
     # later run removes the temp file once we are dead.
@@ -167,6 +168,8 @@ def write_checkpoint(path: str | os.PathLike[str], state: TrainingState) -> str:
             file.attrs["config"] = json.dumps(state.config, sort_keys=True)
             _write_arrays(file, "online", state.online_weights, state.weight_names)
             _write_arrays(file, "target", state.target_weights, state.weight_names)
+            if state.average_weights is not None:
+                _write_arrays(file, "average", state.average_weights, state.weight_names)
             _write_arrays(file, "optimizer", state.optimizer_weights, state.optimizer_names)
             counters = file.create_group("counters")
             for name in _COUNTER_ATTRS:
@@ -334,6 +337,7 @@ def _read(file: h5py.File, path: str, verify_replay: bool = True) -> TrainingSta
     config = json.loads(file.attrs["config"])
     online, weight_names = _read_arrays(file, "online", path)
     target, _ = _read_arrays(file, "target", path)
+    average = _read_arrays(file, "average", path)[0] if "average" in file else None
     optimizer, optimizer_names = _read_arrays(file, "optimizer", path)
     group = file["counters"]
     counters = TrainingCounters(
@@ -352,6 +356,7 @@ def _read(file: h5py.File, path: str, verify_replay: bool = True) -> TrainingSta
         library_version=str(file.attrs["library_version"]),
         path=path,
         replay=_read_replay_summary(file, path, verify_replay),
+        average_weights=average,
     )
 
 

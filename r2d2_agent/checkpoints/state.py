@@ -200,6 +200,8 @@ class TrainingState:
         library_version: The r2d2-agent version that wrote it.
         path: The file it was read from (None if not read from a file).
         replay: The replay memory, if the checkpoint holds it (None: the replay refills).
+        average_weights: The greedy policy's moving average of the online weights, same
+            order, written by a learner with `policy_average_updates` (None otherwise).
     """
 
     online_weights: list[np.ndarray]
@@ -212,10 +214,18 @@ class TrainingState:
     library_version: str
     path: str | None = field(default=None, compare=False)
     replay: ReplaySnapshot | None = field(default=None, compare=False)
+    average_weights: list[np.ndarray] | None = None
+
+    @property
+    def policy_weights(self) -> list[np.ndarray]:
+        """The greedy policy's weights: `average_weights` if it holds them, else the
+        online weights (what `R2D2Learner.load_weights` loads)."""
+        return self.online_weights if self.average_weights is None else self.average_weights
 
     def with_weights(self, weights: list[np.ndarray]) -> TrainingState:
-        """This state with `weights` as its online and target weights and no replay
-        (e.g. the weights of a run's best evaluation in its last checkpoint's frame).
+        """This state with `weights` as its online and target weights (and average, if it
+        holds one) and no replay (e.g. the weights of a run's best evaluation in its last
+        checkpoint's frame).
 
         Args:
             weights: The network's weights, in `online_weights` order.
@@ -232,8 +242,14 @@ class TrainingState:
         for name, new, old in zip(self.weight_names, arrays, self.online_weights, strict=True):
             if new.shape != old.shape:
                 raise ValueError(f"weight {name}: shape {new.shape}, the network's {old.shape}")
+        average = None if self.average_weights is None else list(arrays)
         return replace(
-            self, online_weights=arrays, target_weights=list(arrays), path=None, replay=None
+            self,
+            online_weights=arrays,
+            target_weights=list(arrays),
+            average_weights=average,
+            path=None,
+            replay=None,
         )
 
     def describe(self) -> str:

@@ -24,6 +24,7 @@ from r2d2_agent.distributed.messages import (
 )
 from r2d2_agent.distributed.reports import TimeSplit
 from r2d2_agent.math import annealed_epsilon
+from r2d2_agent.networks.weights_io import split_published
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeResult, Transition
@@ -268,7 +269,8 @@ class ActorRunner(VectorObserver):
         weights = self.subscriber.pull_if_newer()
         if weights is None:
             return False
-        self.actor.set_weights(weights)
+        acting, _ = split_published(weights, self.config.policy_average_updates > 0)
+        self.actor.set_weights(acting)
         self.weight_pulls += 1
         return True
 

@@ -89,7 +89,7 @@ class LearnerRunner:
 
     Args:
         learner: An `R2D2Learner` (duck typing: `config`, `add`, `ready`, `step`,
-            `get_weights`).
+            `get_published_weights`).
         receiver: Experience in.
         publisher: Weights out.
         publish_interval: Learner updates between weight publications.
@@ -163,9 +163,11 @@ class LearnerRunner:
             self.env_steps_received += int(item.env_steps)
 
     def publish(self) -> int:
-        """Publishes the learner's current weights; returns the new version."""
+        """Publishes the learner's current weights (`get_published_weights`: the
+        online ones, then the policy's average with `policy_average_updates`); returns
+        the new version."""
         with self.time.measure("publishing"):
-            self.version = self.publisher.publish(self.learner.get_weights())
+            self.version = self.publisher.publish(self.learner.get_published_weights())
         return self.version
 
     def _run_counts(self) -> tuple[int, int]:

@@ -36,6 +36,7 @@ from r2d2_agent.distributed.ray_backend import RayOptions, require_ray
 from r2d2_agent.distributed.reports import MAIN_GUARD_HINT, Progress, TrainResult
 from r2d2_agent.distributed.spec import RunOptions, RunSpec, TrainLimits
 from r2d2_agent.envs.checks import check_env_matches_config, check_env_reset
+from r2d2_agent.networks.weights_io import split_published
 from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import play_episodes
@@ -339,10 +340,13 @@ class R2D2Manager:
             self._run.request_stop("callback", f"parent: {reason}")
 
     def latest_weights(self) -> list[np.ndarray] | None:
-        """The learner's latest published weights (None before any `train`)."""
-        if self._run is not None:
-            return self._run.read_weights() or self._final_weights
-        return self._final_weights
+        """The greedy policy's latest published weights (the online network's, or their
+        average with `config.policy_average_updates`); None before any `train`."""
+        published = self._run.read_weights() if self._run is not None else None
+        published = published or self._final_weights
+        if published is None:
+            return None
+        return split_published(published, self.config.policy_average_updates > 0)[1]
 
     def create_test_agent(self, **agent_kwargs: Any) -> Any:
         """An `R2D2Agent` (compiled) holding the learner's latest weights.

@@ -254,7 +254,8 @@ class LearnerStart:
         spec: The run.
         nb_trains: Stop once the learner's updates reach this many (None: no limit);
             counted from the checkpoint's updates when resuming.
-        initial_weights: Online weights to start from (e.g. a previous `train` call's).
+        initial_weights: Weights to start from, as the learner publishes them (a
+            previous `train` call's: `R2D2Learner.get_published_weights`).
         resume: A checkpoint's state (weights, optimizer state, counters) to continue
             from; read and checked in the parent, so every backend hands it over the same
             way (it wins over `initial_weights`).

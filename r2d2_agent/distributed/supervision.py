@@ -229,7 +229,8 @@ class BackendSupervisor(abc.ABC):
     Args:
         spec: The run.
         limits: When to stop.
-        initial_weights: Online weights the learner starts from (None: fresh ones).
+        initial_weights: Weights the learner starts from, as it publishes them (None:
+            fresh ones).
         on_progress: Called in the parent about ten times a second with a `Progress`.
         resume: A checkpoint's state to continue from: the counters start from its
             counts (per actor, see `TrainingCounters.env_steps_per_actor`) and the

@@ -45,7 +45,7 @@ def build_learner(start: LearnerStart) -> Any:
     if start.resume is not None:
         learner.restore(start.resume)
     elif start.initial_weights is not None:
-        learner.set_weights(start.initial_weights)
+        learner.set_published_weights(start.initial_weights)
     return learner
 
 

@@ -94,11 +94,17 @@ class R2D2Agent(rl_core.Agent):
         self.adder = self.builder.make_adder(self.learner.add)
         policy = self.builder.make_policy()
         self.train_epsilon = config.epsilon if epsilon is None else float(epsilon)
-        # One policy, two actors: `actor` records what it does (training); `_eval_actor`
-        # only plays, with `config.test_epsilon` (`test()`, and forward() while not training).
+        # Two actors: `actor` records what it does (training, online weights);
+        # `_eval_actor` only plays, with `config.test_epsilon` (`test()`, and forward()
+        # while not training), with the greedy policy's weights: one policy for both,
+        # or with `policy_average_updates` a policy of its own holding the average.
+        eval_policy = policy if config.policy_average_updates == 0 else self.builder.make_policy()
         self.actor = self.builder.make_actor(policy, self.adder, self.train_epsilon, config.seed)
-        self._eval_actor = self.builder.make_actor(policy, None, config.test_epsilon, config.seed)
+        self._eval_actor = self.builder.make_actor(
+            eval_policy, None, config.test_epsilon, config.seed
+        )
         self.actor.set_weights(self.learner.get_weights())
+        self._eval_stale = eval_policy is not policy  # its weights are copied when it plays
         self._vector_actor: R2D2VectorActor | None = None  # made by the first fit of N envs
         self.step = 0
         """Training env steps over all `fit` calls (continues from a resumed checkpoint)."""
@@ -150,8 +156,17 @@ class R2D2Agent(rl_core.Agent):
 
     @property
     def active_actor(self) -> Any:
-        """The actor that `forward` uses: the recording one while training."""
-        return self.actor if self.training else self._eval_actor
+        """The actor that `forward` uses: the recording one while training, else the
+        evaluation one (its policy brought up to date with the greedy policy's weights
+        first, when it has its own: `policy_average_updates`)."""
+        return self.actor if self.training else self._playing_eval_actor()
+
+    def _playing_eval_actor(self) -> Any:
+        """The evaluation actor, its policy holding the greedy policy's latest weights."""
+        if self._eval_stale:
+            self._eval_actor.set_weights(self.learner.get_policy_weights())
+            self._eval_stale = False
+        return self._eval_actor
 
     def reset_states(self) -> None:
         """Forgets the current episode: recurrent state, frame stack, partial sequence."""
@@ -287,10 +302,13 @@ class R2D2Agent(rl_core.Agent):
         return self._vector_actor
 
     def sync_actor(self) -> None:
-        """Copies the learner's weights into the acting policy."""
+        """Copies the learner's online weights into the acting policy (with
+        `policy_average_updates`, the greedy policy's weights go into the evaluation
+        actor's own policy the next time it plays)."""
         self.actor.set_weights(self.learner.get_weights())
         self._acting_updates = self.learner.updates
         self._steps_since_sync = 0
+        self._eval_stale = self._eval_actor.policy is not self.actor.policy
 
     def compute_q_values(self, observation: Any) -> np.ndarray:
         """Q-values of one observation in return units (h⁻¹ applied when rescaling, times
@@ -300,8 +318,10 @@ class R2D2Agent(rl_core.Agent):
         and after `fit` (where its last step left it), the evaluation actor's otherwise
         (`test` and `reset_states` leave it at zero, as a fresh agent has it). So after
         `fit` the same weights can give other Q-values than a fresh agent's until
-        `reset_states()`. The recurrent state and the frame stack are not advanced. To
-        pass the state yourself, use `predict`.
+        `reset_states()`. The weights are that actor's: the online ones during and after
+        `fit`, the greedy policy's (`policy_average_updates`) otherwise. The recurrent
+        state and the frame stack are not advanced. To pass the state yourself, use
+        `predict`.
         """
         actor = self.active_actor
         return q_in_return_units(
@@ -323,7 +343,8 @@ class R2D2Agent(rl_core.Agent):
 
         Start an episode with `state=None` (or `episode_start=True`), then pass each
         prediction's `state` with the episode's next observation. The learner's latest
-        weights are used (the acting copy is refreshed if the learner updated since).
+        weights of the greedy policy are used (the online ones, or their average with
+        `policy_average_updates`; refreshed if the learner updated since).
 
         Args:
             observation: One observation, as the env returned it.
@@ -368,16 +389,18 @@ class R2D2Agent(rl_core.Agent):
                 "reward=<the reward the env returned for the previous action>"
             )
         if self._acting_updates != self.learner.updates:
-            self.actor.set_weights(self.learner.get_weights())  # the policy both actors share
+            self.actor.set_weights(self.learner.get_weights())
             self._acting_updates = self.learner.updates
+            self._eval_stale = self._eval_actor.policy is not self.actor.policy
+        policy = self._playing_eval_actor().policy  # the greedy policy's weights
         q, lstm, frames = recurrent_step(
             self.config,
-            self.active_actor.policy,
+            policy,
             observation,
             None if start else state,
             0.0 if reward is None else float(reward),
         )
-        q = q_in_return_units(self.config, q, self.active_actor.policy.reward_scale)
+        q = q_in_return_units(self.config, q, policy.reward_scale)
         if epsilon > 0.0 and self._predict_rng.random() < epsilon:
             action = int(self._predict_rng.integers(self.config.nb_actions))
         else:
@@ -433,9 +456,11 @@ class R2D2Agent(rl_core.Agent):
         return self.learner.state_discrepancy(episodes, burnin, **kwargs)
 
     def load_weights(self, filepath: str) -> None:
-        """Loads HDF5 weights into the online and target networks and the actor.
+        """Loads HDF5 weights into the online and target networks (and the average) and
+        the actors.
 
-        Takes a file written by `save_weights` or a checkpoint (its online weights).
+        Takes a file written by `save_weights` or a checkpoint (its greedy policy's
+        weights: the average with `policy_average_updates`, else the online ones).
 
         Raises:
             MissingCheckpointError: If the file does not exist (a `FileNotFoundError`).
@@ -503,7 +528,8 @@ class R2D2Agent(rl_core.Agent):
             self.stop_reason = reason
 
     def save_weights(self, filepath: str, overwrite: bool = False) -> None:
-        """Saves the online weights to HDF5, atomically (temporary file, then rename).
+        """Saves the greedy policy's weights to HDF5 (the online ones, or their average with
+        `policy_average_updates`), atomically (temporary file, then rename).
 
         Raises:
             FileExistsError: If `filepath` exists and `overwrite` is False.
@@ -655,7 +681,7 @@ class R2D2Agent(rl_core.Agent):
             return run_keras_rl_loop(
                 self,
                 keras_env,
-                self._eval_actor,
+                self._playing_eval_actor(),
                 observers=[],
                 seed=keras_env.take_seed(),
                 nb_steps=None,

@@ -178,7 +178,8 @@ class R2D2Builder:
     def make_learner(
         self, optimizer: Any = None, replay: SequenceReplay | None = None
     ) -> R2D2Learner:
-        """A learner with fresh online and target networks (imports TensorFlow).
+        """A learner with fresh online and target networks, and with
+        `policy_average_updates` the average's (imports TensorFlow).
 
         Args:
             optimizer: A Keras optimizer; `make_optimizer()` when None.
@@ -193,6 +194,11 @@ class R2D2Builder:
             target=R2D2Network(self.config, self.image_model, name="target"),
             optimizer=optimizer if optimizer is not None else self.make_optimizer(),
             replay=replay if replay is not None else self.make_replay(),
+            average=(
+                R2D2Network(self.config, self.image_model, name="average")
+                if self.config.policy_average_updates > 0
+                else None
+            ),
         )
         learner.policy_factory = self.make_policy
         return learner

@@ -2,7 +2,9 @@
 
 The learner does not know whether it runs beside the actor in one process or alone in a
 learner process: it takes finished sequences through `add`, trains with `step`, and hands
-out weights with `get_weights`. `save` and `restore` (as Acme's learner) hand its whole
+out weights with `get_weights` (the online network, for actors) and `get_policy_weights`
+(the greedy policy's: with `policy_average_updates`, a moving average of the online
+weights kept in the update's graph). `save` and `restore` (as Acme's learner) hand its whole
 state, counters included (and the replay memory when asked), to and from a checkpoint.
 `R2D2Builder.make_learner` builds it from a config.
 
@@ -38,7 +40,7 @@ from r2d2_agent.config import R2D2Config
 from r2d2_agent.math import check_reward_moments, importance_weights, linear_schedule, tf_ops
 from r2d2_agent.networks.keras_net import R2D2Network
 from r2d2_agent.networks.numpy_net import NumpyNetwork, supports_numpy
-from r2d2_agent.networks.weights_io import save_weights_atomic
+from r2d2_agent.networks.weights_io import save_weights_atomic, split_published
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.replay.sequence_replay import SequenceReplay
 from r2d2_agent.roles.state_discrepancy import StateDiscrepancy, state_discrepancy
@@ -61,6 +63,13 @@ class R2D2Learner:
             and every `config.target_update_interval` updates.
         optimizer: A Keras optimizer.
         replay: The prioritized replay the learner samples from.
+        average: With `config.policy_average_updates` > 0, a third network of the same
+            architecture that holds the moving average of the online weights (it starts
+            as a copy of them); None otherwise.
+
+    Raises:
+        ValueError: If `average` is given without `policy_average_updates` or missing
+            with it.
     """
 
     def __init__(
@@ -70,10 +79,19 @@ class R2D2Learner:
         target: R2D2Network,
         optimizer: keras.optimizers.Optimizer,
         replay: SequenceReplay,
+        average: R2D2Network | None = None,
     ) -> None:
+        if (average is not None) != (config.policy_average_updates > 0):
+            raise ValueError(
+                "the learner takes an average network exactly when "
+                f"config.policy_average_updates > 0 (it is {config.policy_average_updates}), "
+                f"got average={'a network' if average is not None else None}"
+            )
         self.config = config
         self.online = online
         self.target = target
+        self.average = average
+        """The greedy policy's network with `policy_average_updates` (None without)."""
         self.replay = replay
         self._fields = tuple(replay.batch_spec())
         """The batch's fields, in the order the compiled update takes them."""
@@ -96,8 +114,11 @@ class R2D2Learner:
         self.last_metrics: dict[str, float] = {}
         self._new_rewards = [0, 0.0]  # count, sum of squares not yet in the statistics
         self._merge: Any = None  # `flush_reward_statistics`'s graph, made on first use
+        self._copy_untrained: Any = None  # its copy into the average, made on first use
         self._copy = tf.function(self._copy_graph, autograph=False)
+        self._reset = tf.function(self._reset_average_graph, autograph=False)
         self.update_target()
+        self.reset_average()
 
     @property
     def optimizer(self) -> keras.optimizers.Optimizer:
@@ -148,6 +169,8 @@ class R2D2Learner:
             if self._merge is None:
                 self._merge = tf.function(stats.merge_in_graph, autograph=False)
             self._merge(tf.constant(new_rewards[0]), tf.constant(new_rewards[1]))
+            if self.average is not None:  # the policy's statistics are the online's
+                self._reset_average_untrained()
 
     @property
     def reward_scale(self) -> float:
@@ -163,19 +186,55 @@ class R2D2Learner:
         return len(self.replay) >= self.config.warmup
 
     def get_weights(self) -> list[np.ndarray]:
-        """The online network's weights (with the reward statistics up to date)."""
+        """The online network's weights (with the reward statistics up to date): what
+        actors explore with."""
         self.flush_reward_statistics()
         return self.online.get_weights()
 
+    def get_policy_weights(self) -> list[np.ndarray]:
+        """The greedy policy's weights: the moving average of the online weights with
+        `config.policy_average_updates` (its reward statistics the online network's),
+        the online weights without."""
+        if self.average is None:
+            return self.get_weights()
+        self.flush_reward_statistics()
+        return self.average.get_weights()
+
+    def get_published_weights(self) -> list[np.ndarray]:
+        """What a distributed learner publishes: the online weights, then, with
+        `policy_average_updates`, the policy's (`split_published` takes them apart)."""
+        if self.average is None:
+            return self.get_weights()
+        return self.get_weights() + self.average.get_weights()
+
     def set_weights(self, weights: list[np.ndarray]) -> None:
-        """Sets the online and the target network's weights."""
+        """Sets the online and the target network's weights (and the average's)."""
         self.online.set_weights(weights)
         self.update_target()
+        self.reset_average()
         self.weights_replaced += 1
 
+    def set_published_weights(self, arrays: list[np.ndarray]) -> None:
+        """Sets what `get_published_weights` returned: the online and target weights
+        and, with `policy_average_updates`, the average's.
+
+        Raises:
+            ValueError: If the number of arrays is not what this learner publishes.
+        """
+        online, policy = split_published(arrays, self.average is not None)
+        expected = len(self.online.model.weights) * (1 if self.average is None else 2)
+        if len(arrays) != expected:
+            raise ValueError(
+                f"{len(arrays)} published weight arrays for a learner that publishes {expected}"
+            )
+        self.set_weights(online)
+        if self.average is not None:
+            self.average.set_weights(policy)
+
     def load_weights(self, filepath: str | os.PathLike[str]) -> None:
-        """Loads online weights (the target gets a copy) from a weights file written by
-        `save_weights` or from a checkpoint (only its online weights are used).
+        """Loads a policy's weights into the online network (the target and the average
+        get a copy) from a weights file written by `save_weights` or from a checkpoint
+        (only its policy's weights are used: `TrainingState.policy_weights`).
 
         Raises:
             MissingCheckpointError: If the file does not exist (a `FileNotFoundError`).
@@ -187,7 +246,7 @@ class R2D2Learner:
         if is_checkpoint_file(path):
             state = read_checkpoint(path, verify_replay=False)
             check_compatible(state, self.config, replay=False)
-            self._assign("online", self.online.model.weights, state.online_weights, state)
+            self._assign("online", self.online.model.weights, state.policy_weights, state)
         else:
             try:
                 self.online.model.load_weights(path)
@@ -200,20 +259,30 @@ class R2D2Learner:
                     "normalize_rewards and image model",
                 ) from exc
         self.update_target()
+        self.reset_average()
         self.weights_replaced += 1
 
     def save_weights(self, filepath: str | os.PathLike[str], overwrite: bool = False) -> None:
-        """Saves the online weights (reward statistics included) to HDF5, atomically.
+        """Saves the greedy policy's weights (`get_policy_weights`: the online ones, or
+        their average with `policy_average_updates`; reward statistics included) to
+        HDF5, atomically.
 
         Raises:
             FileExistsError: If `filepath` exists and `overwrite` is False.
         """
         self.flush_reward_statistics()
-        save_weights_atomic(self.online.model, filepath, overwrite)
+        network = self.online if self.average is None else self.average
+        save_weights_atomic(network.model, filepath, overwrite)
 
     def update_target(self) -> None:
         """Copies the online weights into the target network."""
         self._copy()
+
+    def reset_average(self) -> None:
+        """Starts the average over: a copy of the online weights (nothing without
+        `policy_average_updates`)."""
+        if self.average is not None:
+            self._reset()
 
     def state_discrepancy(
         self, episodes: Any, burnin: int | None = None, **kwargs: Any
@@ -268,6 +337,7 @@ class R2D2Learner:
         return TrainingState(
             online_weights=self.online.get_weights(),
             target_weights=self.target.get_weights(),
+            average_weights=None if self.average is None else self.average.get_weights(),
             optimizer_weights=[np.asarray(v.numpy()) for v in variables],
             weight_names=tuple(v.name for v in self.online.model.weights),
             optimizer_names=tuple(v.name for v in variables),
@@ -324,6 +394,10 @@ class R2D2Learner:
         self._assign("online", self.online.model.weights, state.online_weights, state)
         self._assign("target", self.target.model.weights, state.target_weights, state)
         self._assign("optimizer", self._optimizer_variables(), state.optimizer_weights, state)
+        if self.average is not None and state.average_weights is not None:
+            self._assign("average", self.average.model.weights, state.average_weights, state)
+        else:  # written without the average: it starts over from the online weights
+            self.reset_average()
         self.updates = state.counters.learner_updates
         self.sequences_added = state.counters.sequences_received
         self.weights_replaced += 1
@@ -474,6 +548,33 @@ class R2D2Learner:
         for target, online in pairs:
             target.assign(online)
 
+    def _reset_average_graph(self) -> None:
+        for average, online in zip(
+            self.average.model.weights, self.online.model.weights, strict=True
+        ):
+            average.assign(online)
+
+    def _reset_average_untrained(self) -> None:
+        """Copies the online network's untrained weights (the reward statistics) into
+        the average's."""
+        if self._copy_untrained is None:
+            self._copy_untrained = tf.function(
+                lambda: self._move_average(only_untrained=True), autograph=False
+            )
+        self._copy_untrained()
+
+    def _move_average(self, only_untrained: bool = False) -> None:
+        """In the update's graph: w̄ ← w̄ + (w - w̄) / H for the trained weights; the
+        others (the reward statistics) are copied (with `only_untrained`, only those)."""
+        rate = 1.0 / self.config.policy_average_updates
+        for average, online in zip(
+            self.average.model.weights, self.online.model.weights, strict=True
+        ):
+            if not online.trainable:
+                average.assign(online)
+            elif not only_untrained:
+                average.assign_add((online - average) * rate)
+
     def _train_graph(self, batch: dict[str, Any], weights: Any) -> tuple[Any, Any, Any]:
         """All B sequences at once: burn-in without gradient, then L + n steps with it.
 
@@ -547,6 +648,8 @@ class R2D2Learner:
         variables = self.online.model.trainable_variables
         grads = tape.gradient(loss, variables)
         self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        if self.average is not None:
+            self._move_average()
         # 6. New priorities: η · max|δ| + (1 - η) · mean|δ| over the valid steps.
         priorities = tf_ops.sequence_priorities(td, mask, cfg.priority_eta)
         mean_q = tf.reduce_sum(q_taken * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)

@@ -187,7 +187,7 @@ def learner_main(
         learner = build_learner(learner_start)
     learner.run_counters = _run_counters(counters)
     bind_stop_requester(spec.callbacks, _stop_requester(events, "learner"))
-    events.send(WeightsLayout(WeightsSpec.from_arrays(learner.get_weights())))
+    events.send(WeightsLayout(WeightsSpec.from_arrays(learner.get_published_weights())))
     stopped = ParentWatch(stop, every=1)
     while not control.poll(0.1):
         pulse.beat()

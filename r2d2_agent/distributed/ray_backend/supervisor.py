@@ -108,7 +108,8 @@ class RaySupervisor(BackendSupervisor):
     Args:
         spec: The run.
         limits: When to stop.
-        initial_weights: Online weights the learner starts from (None: fresh ones).
+        initial_weights: Weights the learner starts from, as it publishes them (None:
+            fresh ones).
         on_progress: Called in the driver about ten times a second with a `Progress`.
         resume: A checkpoint's state to continue from (counters and learner state).
         address: The Ray cluster to connect to (`ray.init(address=...)`); None: the Ray

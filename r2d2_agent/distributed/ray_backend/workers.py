@@ -463,4 +463,4 @@ class LearnerWorker:
             receiver.close()  # refuses the actors' waiting and later batches
             reporter.report(runner)
             publisher.close()
-        return LearnerOutcome(learner_summary(runner), learner.get_weights())
+        return LearnerOutcome(learner_summary(runner), learner.get_published_weights())
