@@ -20,8 +20,9 @@ command with exit status 2 and a message naming it. A run writes one run directo
 `run.json`, JSON lines per process, `tensorboard/`, `checkpoints/`, `learning_curve.png`
 and `result.json` (the outcome and every evaluation). While training, a greedy evaluation
 every `--eval-interval` env steps stops the run at `--stop-return` (default: the env's
-reward threshold); at the end the learner's final weights are evaluated, and the weights
-of the best evaluation are written to `best_weights.h5` (load them with
+reward threshold); at the end the learner's final weights are evaluated (the greedy
+policy's: their moving average with `policy_average_updates`, as the presets set), and
+the weights of the best evaluation are written to `best_weights.h5` (load them with
 `R2D2Agent.load_weights`: a run's final weights are not always its best). `--resume
 RUN_DIR` continues a run in its own directory (nb_steps counts the checkpoint's env
 steps; `best_weights.h5` is replaced only by a better evaluation).

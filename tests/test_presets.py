@@ -232,3 +232,30 @@ def test_memory_config_names_a_bad_each_step_scored(value):
         ValueError, match=re.escape(f"each_step_scored must be True or False, got {value!r}")
     ):
         presets.memory_config((3,), 2, each_step_scored=value)
+
+
+# The greedy policy's average ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "updates"),
+    [
+        (presets.cartpole_config(), 250),  # 1,000 env steps at one update per 4
+        (presets.masked_cartpole_config(), 250),
+        (presets.cartpole_config(train_interval=8), 125),  # follows the update interval
+        (presets.memory_config((3,), 2), 250),
+        (presets.memory_config((3,), 2, memory_span=20), 62),  # one update per 16 env steps
+        (presets.memory_config((3,), 2, memory_span=100), 31),
+    ],
+    ids=["cartpole", "masked", "cartpole_every_8", "memory", "memory_span_20", "memory_span_100"],
+)
+def test_presets_average_the_greedy_policy_over_the_same_env_steps(config, updates):
+    assert presets.POLICY_AVERAGE_ENV_STEPS == 1_000
+    assert config.policy_average_updates == updates
+
+
+@pytest.mark.parametrize("updates", [0, 7])
+def test_an_override_of_policy_average_updates_wins(updates):
+    assert presets.cartpole_config(policy_average_updates=updates).policy_average_updates == updates
+    memory = presets.memory_config((3,), 2, policy_average_updates=updates)
+    assert memory.policy_average_updates == updates
