@@ -94,6 +94,10 @@ BENCHMARKS = {
         ["diagnose_collapse.py", "--budget", "2000", "--interval", "1000", "--episodes", "2"],
         ["diagnose_collapse.py", "--seed", "0"],
     ),
+    "policy_average_sweep": (
+        ["policy_average_sweep.py", "--budget", "2000", "--eval-every", "1000", "--episodes", "2"],
+        ["policy_average_sweep.py", "--seeds", "0", "1", "2", "3", "4", "5", "6", "7"],
+    ),
     "chaos": (["chaos.py", "--minutes", "2"], ["chaos.py"]),
 }
 """Name -> (quick arguments, full arguments)."""

@@ -109,7 +109,7 @@ class FakeLearner:
     def trace(self) -> None:
         self.traced_at = (self.updates, len(getattr(self, "publishes", ())))
 
-    def get_weights(self) -> list:
+    def get_published_weights(self) -> list:
         return [np.full(2, self.updates, np.float32)]
 
 
