@@ -58,10 +58,10 @@ env steps to the first solve (the same runs read both ways; benchmarks/RESULTS.m
 task) but came 2,500-7,500 env steps later to the first solve."""
 
 
-def _with_policy_average(fields: dict[str, Any], overrides: dict[str, Any]) -> R2D2Config:
-    """The config of `fields`, whose greedy policy averages over about
-    `POLICY_AVERAGE_ENV_STEPS` env steps (unless the overrides say otherwise)."""
-    if "policy_average_updates" not in overrides:
+def _with_policy_average(fields: dict[str, Any]) -> R2D2Config:
+    """The config of `fields` (a preset's, overrides merged), whose greedy policy averages
+    over about `POLICY_AVERAGE_ENV_STEPS` env steps unless the fields set it."""
+    if "policy_average_updates" not in fields:
         updates = max(1, POLICY_AVERAGE_ENV_STEPS // fields["train_interval"])
         fields = {**fields, "policy_average_updates": updates}
     return R2D2Config(**fields)
@@ -106,7 +106,7 @@ def cartpole_config(**overrides: Any) -> R2D2Config:
         >>> config.lstm_units, config.learning_rate, config.seed
         (128, 0.002, 0)
     """
-    return _with_policy_average({**_CARTPOLE, **overrides}, overrides)
+    return _with_policy_average({**_CARTPOLE, **overrides})
 
 
 def masked_cartpole_config(**overrides: Any) -> R2D2Config:
@@ -146,7 +146,7 @@ def masked_cartpole_config(**overrides: Any) -> R2D2Config:
     Args:
         **overrides: Any `R2D2Config` field.
     """
-    return _with_policy_average({**_CARTPOLE, **_MASKED, **overrides}, overrides)
+    return _with_policy_average({**_CARTPOLE, **_MASKED, **overrides})
 
 
 # Memory tasks: the masked-CartPole settings with rewards in units of their root mean
@@ -288,4 +288,4 @@ def memory_config(
     window = memory_window(memory_span)
     scored = dict(gamma=0.0) if each_step_scored else {}
     fields = {**_CARTPOLE, **_MASKED, **_MEMORY, **window, **scored, **task, **overrides}
-    return _with_policy_average(fields, overrides)
+    return _with_policy_average(fields)

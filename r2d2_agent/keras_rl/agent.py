@@ -104,7 +104,8 @@ class R2D2Agent(rl_core.Agent):
             eval_policy, None, config.test_epsilon, config.seed
         )
         self.actor.set_weights(self.learner.get_weights())
-        self._eval_stale = eval_policy is not policy  # its weights are copied when it plays
+        self._own_eval_policy = eval_policy is not policy
+        self._eval_stale = self._own_eval_policy  # its weights are copied when it plays
         self._vector_actor: R2D2VectorActor | None = None  # made by the first fit of N envs
         self.step = 0
         """Training env steps over all `fit` calls (continues from a resumed checkpoint)."""
@@ -308,7 +309,7 @@ class R2D2Agent(rl_core.Agent):
         self.actor.set_weights(self.learner.get_weights())
         self._acting_updates = self.learner.updates
         self._steps_since_sync = 0
-        self._eval_stale = self._eval_actor.policy is not self.actor.policy
+        self._eval_stale = self._own_eval_policy
 
     def compute_q_values(self, observation: Any) -> np.ndarray:
         """Q-values of one observation in return units (h⁻¹ applied when rescaling, times
@@ -391,7 +392,7 @@ class R2D2Agent(rl_core.Agent):
         if self._acting_updates != self.learner.updates:
             self.actor.set_weights(self.learner.get_weights())
             self._acting_updates = self.learner.updates
-            self._eval_stale = self._eval_actor.policy is not self.actor.policy
+            self._eval_stale = self._own_eval_policy
         policy = self._playing_eval_actor().policy  # the greedy policy's weights
         q, lstm, frames = recurrent_step(
             self.config,
