@@ -1,10 +1,15 @@
-"""The memory suite: our R2D2 and sb3-contrib's RecurrentPPO side by side on memory tasks.
+"""The memory suite: our R2D2 and sb3-contrib's RecurrentPPO side by side on memory tasks
+(and SB3 DQN on the control tasks).
 
-Tasks (`r2d2_agent.envs.memory`, plus CartPole): tmaze-5/20/50 (`TMaze(length)`), cue-10/30
-(`CueRecall(delay, 4 symbols)`), repeat-4/8 (`RepeatPrevious(k, 4 symbols, 50 steps)`),
-repeat-6x8 (`RepeatPrevious(6, 8 symbols, 40 steps)`: a check of a rule on a task it was
-not built on), masked-cartpole, noisy-masked-cartpole (noise std 0.05), cartpole. Returns
-are normalised to [-1, 1] through each task's `score_range` (CartPole's: 0-500).
+Tasks (`r2d2_agent.envs.memory`, plus CartPole and Acrobot): tmaze-5/20/35/50
+(`TMaze(length)`), cue-10/30/45/60 (`CueRecall(delay, 4 symbols)`), repeat-4/8
+(`RepeatPrevious(k, 4 symbols, 50 steps)`), repeat-6x8 (`RepeatPrevious(6, 8 symbols, 40
+steps)`: a check of a rule on a task it was not built on), masked-cartpole,
+noisy-masked-cartpole (noise std 0.05), cartpole, acrobot (`Acrobot-v1`, fully observed:
+the control races' check that a preset change does not hurt a control task it was not
+tuned on). Returns are normalised to [-1, 1] through each task's `score_range`
+(CartPole's: 0-500; Acrobot's: -500-0). A run counts as solved at `--threshold`, by
+default 0.9 (CartPole's 475), on Acrobot 0.6 (Gymnasium's `reward_threshold`, -100).
 
 Protocol, the same for both agents: 1 thread each (TensorFlow's intra/inter-op threads,
 `torch.set_num_threads(1)`); train to `--budget` env steps (every training env step
@@ -14,7 +19,7 @@ normalised greedy means, `solved_at` (env steps of the first evaluation at or ab
 `--threshold`, normalised), `stays_solved` (every later evaluation at or above it too),
 `wall_s` (training and evaluations) and `train_wall_s` (training alone), and the train
 seconds at each evaluation; the table's last column is the train seconds a run took to
-first match RecurrentPPO's best on the same seed (at equal results, who got there in
+first match the peer's best on the same seed (at equal results, who got there in
 less time). `--reward-scale`
 multiplies the training env's rewards (evaluations are reported unscaled), for the
 scale-invariance check.
@@ -23,16 +28,20 @@ Agents:
 
 * `ours`: the single-process `R2D2Agent` (one actor and the learner in one thread: the
   CPU-fair counterpart of RecurrentPPO's single process), `--preset masked` (the
-  masked-CartPole preset, `presets.masked_cartpole_config`) or `--preset memory`
-  (`presets.memory_config`), with the task's input shape and action count and
+  masked-CartPole preset, `presets.masked_cartpole_config`), `--preset memory`
+  (`presets.memory_config`) or `--preset cartpole` (`presets.cartpole_config`), with the
+  task's input shape and action count and
   `--set FIELD=VALUE` overrides (Python literals; with `--preset memory`,
   `--set memory_span=N` gives the task's memory span, as a user would).
 * `rppo`: RecurrentPPO with the rl-zoo masked-CartPole settings of
   `shared/peers/sb3_rppo.py`, applied untuned (8 envs, VecNormalize, n_steps 32, batch 256,
   γ 0.98, λ 0.8, 20 epochs, lr and clip linear from 1e-3 and 0.2 over the budget, LSTM 64).
-  It runs in the peers' venv (`--peers-python`, default `$PEERS_PYTHON` or
-  `~/.peers-venv/bin/python`) as a subprocess that loads `r2d2_agent/envs/memory.py` by
-  file path and imports nothing else of this package.
+* `dqn`: stable-baselines3's DQN with rl-zoo's tuned settings for the task (`DQN_ZOO`:
+  acrobot and cartpole only; its ε schedule kept in env steps whatever the budget).
+
+The peers run in the peers' venv (`--peers-python`, default `$PEERS_PYTHON` or
+`~/.peers-venv/bin/python`) as a subprocess that loads `r2d2_agent/envs/memory.py` by
+file path and imports nothing else of this package.
 
 Usage::
 
@@ -47,7 +56,8 @@ Usage::
         --out benchmarks/out/memory_suite.jsonl --markdown
     python benchmarks/memory_suite.py table --out benchmarks/out/memory_suite.jsonl
 
-An agent spec of `suite` is `rppo`, `ours:PRESET` or `ours:PRESET:FIELD=VALUE,FIELD=VALUE`.
+An agent spec of `suite` is `rppo`, `dqn`, `ours:PRESET` or
+`ours:PRESET:FIELD=VALUE,FIELD=VALUE`.
 This file imports only the standard library at the top, so the peers' venv runs it too.
 """
 
@@ -89,8 +99,15 @@ TASKS: dict[str, tuple[str, dict[str, Any], int]] = {
     "masked-cartpole": ("masked", {}, 5_000),
     "noisy-masked-cartpole": ("NoisyMaskedCartPole", {"noise_std": 0.05}, 5_000),
     "cartpole": ("cartpole", {}, 5_000),
+    "acrobot": ("acrobot", {}, 5_000),
 }
 CARTPOLE_RANGE = (0.0, 500.0)
+ACROBOT_RANGE = (-500.0, 0.0)  # -1 per step until the goal, 500 steps at most
+PRESETS = ("masked", "memory", "cartpole")
+"""`ours`' presets: `presets.masked_cartpole_config`, `memory_config`, `cartpole_config`."""
+SOLVED_LEVELS = {"acrobot": 0.6}
+"""Normalised mean that counts as solved where it is not 0.9: Gymnasium's
+`reward_threshold` (Acrobot-v1: -100, i.e. 0.6; CartPole-v1's 475 is 0.9)."""
 
 
 def load_memory_module() -> Any:
@@ -118,6 +135,8 @@ def make_task(task: str, reward_scale: float = 1.0) -> tuple[Any, tuple[float, f
         env, score_range = gym.make("CartPole-v1"), CARTPOLE_RANGE
     elif kind == "masked":
         env, score_range = memory.MaskedCartPole(gym.make("CartPole-v1")), CARTPOLE_RANGE
+    elif kind == "acrobot":
+        env, score_range = gym.make("Acrobot-v1"), ACROBOT_RANGE
     else:
         env = getattr(memory, kind)(**kwargs)
         score_range = env.score_range
@@ -198,12 +217,13 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     eval_env, _ = make_task(args.task)
     shape, actions = train_env.observation_space.shape, int(train_env.action_space.n)
     overrides = parse_overrides(args.set)
-    if args.preset == "masked":
-        config = presets.masked_cartpole_config(
-            input_shape=shape, nb_actions=actions, seed=args.seed, **overrides
-        )
-    else:
+    if args.preset == "memory":
         config = presets.memory_config(shape, actions, seed=args.seed, **overrides)
+    else:
+        make = (
+            presets.cartpole_config if args.preset == "cartpole" else presets.masked_cartpole_config
+        )
+        config = make(input_shape=shape, nb_actions=actions, seed=args.seed, **overrides)
     agent = R2D2Agent(config)
     agent.compile()
     eval_env.reset(seed=10_000 + args.seed)
@@ -230,18 +250,110 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------------------- rppo
+# ---------------------------------------------------------------------------- peers
+
+PEERS = ("rppo", "dqn")
+"""The peer agents (stable-baselines3 / sb3-contrib, run in the peers' venv)."""
+
+DQN_ZOO: dict[str, dict[str, Any]] = {
+    "acrobot": dict(
+        learning_rate=6.3e-4,
+        batch_size=128,
+        buffer_size=50_000,
+        learning_starts=0,
+        gamma=0.99,
+        target_update_interval=250,
+        train_freq=4,
+        gradient_steps=-1,
+        exploration_fraction=0.12,
+        exploration_final_eps=0.1,
+        n_timesteps=100_000,
+    ),
+    "cartpole": dict(
+        learning_rate=2.3e-3,
+        batch_size=64,
+        buffer_size=100_000,
+        learning_starts=1_000,
+        gamma=0.99,
+        target_update_interval=10,
+        train_freq=256,
+        gradient_steps=128,
+        exploration_fraction=0.16,
+        exploration_final_eps=0.04,
+        n_timesteps=50_000,
+    ),
+}
+"""SB3 DQN's tuned settings from rl-baselines3-zoo's `hyperparams/dqn.yml` (`Acrobot-v1`,
+`CartPole-v1`; both with `net_arch=[256, 256]`). `exploration_fraction` is of the zoo's
+`n_timesteps`; `run_dqn_here` keeps the schedule in env steps whatever the budget."""
+
+
+def dqn_settings(task: str, budget: int) -> dict[str, Any]:
+    """`DQN`'s keyword arguments for `task` (`DQN_ZOO`) and a budget of `budget` env steps:
+    the ε ramp lasts as many env steps as in the zoo's run (as shared/peers/sb3_dqn.py
+    keeps it), so `exploration_fraction` is rescaled to the budget (at most 1)."""
+    settings = dict(DQN_ZOO[task])
+    ramp = settings.pop("exploration_fraction") * settings.pop("n_timesteps")
+    return settings | {"exploration_fraction": min(1.0, ramp / budget)}
+
+
+def solved_level(task: str) -> float:
+    """The normalised mean that counts as solved on `task` (`SOLVED_LEVELS`, else 0.9)."""
+    return SOLVED_LEVELS.get(task, 0.9)
+
+
+def learn_with_evaluations(
+    model: Any, eval_env: Any, args: argparse.Namespace, before_eval: Callable[[], None]
+) -> tuple[list[tuple[int, float, float]], float, float]:
+    """Trains an SB3 `model` to `args.budget` env steps with a greedy evaluation of
+    `EVAL_EPISODES` on `eval_env` every `args.eval_every` env steps (and one at the end if
+    the last interval fell short); `before_eval` runs before each (e.g. to copy
+    normalisation statistics). Returns the curve, the wall and the evaluations' wall."""
+    import numpy as np  # noqa: PLC0415
+    from stable_baselines3.common.callbacks import BaseCallback  # noqa: PLC0415
+    from stable_baselines3.common.evaluation import evaluate_policy  # noqa: PLC0415
+    from stable_baselines3.common.logger import Logger  # noqa: PLC0415
+
+    curve: list[tuple[int, float, float]] = []
+    eval_wall = [0.0]
+
+    def evaluate(steps: int) -> None:
+        t0 = time.perf_counter()
+        trained = t0 - start - eval_wall[0]
+        before_eval()
+        returns, _ = evaluate_policy(
+            model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True,
+            return_episode_rewards=True,
+        )  # fmt: skip
+        curve.append((steps, float(np.mean(returns)), trained))
+        eval_wall[0] += time.perf_counter() - t0
+        log_eval(curve[-1], start)
+
+    class Evaluate(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next = args.eval_every
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next:
+                self.next += args.eval_every
+                evaluate(self.num_timesteps)
+            return True
+
+    # A logger without outputs: SB3's default one makes a /tmp/SB3-<time> folder per run.
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    start = time.perf_counter()
+    model.learn(total_timesteps=args.budget, callback=Evaluate())
+    if not curve or curve[-1][0] < args.budget:
+        evaluate(model.num_timesteps)
+    return curve, time.perf_counter() - start, eval_wall[0]
 
 
 def run_rppo_here(args: argparse.Namespace) -> dict[str, Any]:
     """RecurrentPPO with the peers' rl-zoo masked-CartPole settings (in the peers' venv)."""
-    import numpy as np  # noqa: PLC0415
     import sb3_contrib  # noqa: PLC0415
     import torch  # noqa: PLC0415
     from sb3_contrib import RecurrentPPO  # noqa: PLC0415
-    from stable_baselines3.common.callbacks import BaseCallback  # noqa: PLC0415
-    from stable_baselines3.common.evaluation import evaluate_policy  # noqa: PLC0415
-    from stable_baselines3.common.logger import Logger  # noqa: PLC0415
     from stable_baselines3.common.monitor import Monitor  # noqa: PLC0415
     from stable_baselines3.common.vec_env import (  # noqa: PLC0415
         DummyVecEnv,
@@ -285,54 +397,59 @@ def run_rppo_here(args: argparse.Namespace) -> dict[str, Any]:
         device="cpu",
         verbose=0,
     )
-    curve: list[tuple[int, float, float]] = []
-    eval_wall = [0.0]
-
-    class Evaluate(BaseCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.next = args.eval_every
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps >= self.next:
-                self.next += args.eval_every
-                t0 = time.perf_counter()
-                trained = t0 - start - eval_wall[0]
-                sync_envs_normalization(self.training_env, eval_env)
-                returns, _ = evaluate_policy(
-                    self.model,
-                    eval_env,
-                    n_eval_episodes=EVAL_EPISODES,
-                    deterministic=True,
-                    return_episode_rewards=True,
-                )
-                curve.append((self.num_timesteps, float(np.mean(returns)), trained))
-                eval_wall[0] += time.perf_counter() - t0
-                log_eval(curve[-1], start)
-            return True
-
-    # A logger without outputs: SB3's default one makes a /tmp/SB3-<time> folder per run.
-    model.set_logger(Logger(folder=None, output_formats=[]))
-    start = time.perf_counter()
-    model.learn(total_timesteps=args.budget, callback=Evaluate())
-    if not curve or curve[-1][0] < args.budget:
-        t0 = time.perf_counter()
-        trained = t0 - start - eval_wall[0]
-        sync_envs_normalization(venv, eval_env)
-        returns, _ = evaluate_policy(
-            model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True,
-            return_episode_rewards=True,
-        )  # fmt: skip
-        curve.append((model.num_timesteps, float(np.mean(returns)), trained))
-        eval_wall[0] += time.perf_counter() - t0
-    wall = time.perf_counter() - start
+    curve, wall, eval_wall = learn_with_evaluations(
+        model, eval_env, args, lambda: sync_envs_normalization(venv, eval_env)
+    )
     return {
         **summarise_curve(curve, score_range, args.threshold),
         "wall_s": round(wall, 1),
-        "train_wall_s": round(wall - eval_wall[0], 1),
+        "train_wall_s": round(wall - eval_wall, 1),
         "agent_detail": f"sb3-contrib {sb3_contrib.__version__} RecurrentPPO, rl-zoo "
         f"CartPoleNoVel settings (shared/peers/sb3_rppo.py), torch {torch.__version__}",
     }
+
+
+def run_dqn_here(args: argparse.Namespace) -> dict[str, Any]:
+    """SB3 DQN with rl-zoo's tuned settings for the task (`DQN_ZOO`; in the peers' venv)."""
+    import stable_baselines3  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+    from stable_baselines3 import DQN  # noqa: PLC0415
+    from stable_baselines3.common.monitor import Monitor  # noqa: PLC0415
+
+    torch.set_num_threads(1)
+    settings = dqn_settings(args.task, args.budget)
+    train_env, score_range = make_task(args.task, args.reward_scale)
+    eval_env = Monitor(make_task(args.task)[0])
+    eval_env.reset(seed=10_000 + args.seed)
+    model = DQN(
+        "MlpPolicy",
+        train_env,
+        policy_kwargs=dict(net_arch=[256, 256]),
+        seed=args.seed,
+        device="cpu",
+        verbose=0,
+        **settings,
+    )
+    curve, wall, eval_wall = learn_with_evaluations(model, eval_env, args, lambda: None)
+    return {
+        **summarise_curve(curve, score_range, args.threshold),
+        "wall_s": round(wall, 1),
+        "train_wall_s": round(wall - eval_wall, 1),
+        "agent_detail": f"stable-baselines3 {stable_baselines3.__version__} DQN, rl-zoo "
+        f"tuned settings for the task, torch {torch.__version__}",
+    }
+
+
+PEER_RUNNERS = {"rppo": run_rppo_here, "dqn": run_dqn_here}
+
+
+def check_dqn_task(task: str) -> None:
+    """Stops with a message when rl-zoo has no tuned DQN settings for `task`."""
+    if task not in DQN_ZOO:
+        raise SystemExit(
+            f"dqn runs with rl-zoo's tuned settings, which exist for {', '.join(DQN_ZOO)}; "
+            f"not for task {task!r}"
+        )
 
 
 def peers_python(flag: str | None) -> str:
@@ -349,17 +466,26 @@ def peers_python(flag: str | None) -> str:
     return path
 
 
-def run_rppo(args: argparse.Namespace) -> dict[str, Any]:
-    """Runs `run_rppo_here` in the peers' venv; returns its JSON line."""
-    cmd = [peers_python(args.peers_python), str(HERE / "memory_suite.py"), "rppo-worker"]
-    cmd += ["--task", args.task, "--seed", str(args.seed), "--budget", str(args.budget)]
+def run_peer(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs the peer `args.agent` (`PEER_RUNNERS`) in the peers' venv; returns its JSON line."""
+    cmd = [peers_python(args.peers_python), str(HERE / "memory_suite.py"), "peer-worker"]
+    cmd += [
+        "--agent",
+        args.agent,
+        "--task",
+        args.task,
+        "--seed",
+        str(args.seed),
+        "--budget",
+        str(args.budget),
+    ]
     cmd += ["--eval-every", str(args.eval_every), "--threshold", str(args.threshold)]
     cmd += ["--reward-scale", str(args.reward_scale)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # stderr: ours
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"the RecurrentPPO run failed (exit {proc.returncode})")
+        raise RuntimeError(f"the {args.agent} run failed (exit {proc.returncode})")
     return json.loads(lines[-1])
 
 
@@ -367,23 +493,25 @@ def run_rppo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def agent_label(args: argparse.Namespace) -> str:
-    if args.agent == "rppo":
-        return "rppo"
+    if args.agent in PEERS:
+        return args.agent
     return ":".join(["ours", args.preset] + ([",".join(args.set)] if args.set else []))
 
 
 def cmd_one(args: argparse.Namespace) -> None:
     if args.eval_every is None:
         args.eval_every = TASKS[args.task][2]
+    if args.threshold is None:
+        args.threshold = solved_level(args.task)
     load = [round(x, 2) for x in os.getloadavg()]
-    if args.agent == "ours":
+    if args.worker:  # inside the peers' venv
+        result = PEER_RUNNERS[args.agent](args)
+    elif args.agent == "ours":
         result = run_ours(args)
-    elif args.agent == "rppo":
-        result = run_rppo(args)
-    else:  # the worker inside the peers' venv
-        result = run_rppo_here(args)
+    else:
+        result = run_peer(args)
     result.update(
-        agent=agent_label(args) if args.agent != "rppo-worker" else "rppo",
+        agent=agent_label(args),
         task=args.task,
         seed=args.seed,
         budget=args.budget,
@@ -398,10 +526,13 @@ def cmd_one(args: argparse.Namespace) -> None:
 def parse_agent_spec(spec: str) -> list[str]:
     """`"ours:memory:gamma=0.9,n=5"` -> `one`'s arguments for that agent."""
     parts = spec.split(":", 2)
-    if parts[0] == "rppo" and len(parts) == 1:
-        return ["--agent", "rppo"]
-    if parts[0] != "ours" or len(parts) < 2 or parts[1] not in ("masked", "memory"):
-        raise SystemExit(f"agent spec must be rppo or ours:masked|memory[:F=V,...], got {spec!r}")
+    if parts[0] in PEERS and len(parts) == 1:
+        return ["--agent", parts[0]]
+    if parts[0] != "ours" or len(parts) < 2 or parts[1] not in PRESETS:
+        raise SystemExit(
+            f"agent spec must be {' or '.join(PEERS)} or ours:{'|'.join(PRESETS)}[:F=V,...], "
+            f"got {spec!r}"
+        )
     out = ["--agent", "ours", "--preset", parts[1]]
     for pair in parts[2].split(",") if len(parts) == 3 else []:
         out += ["--set", pair.strip()]
@@ -432,8 +563,7 @@ def cmd_suite(args: argparse.Namespace) -> None:
     for task in args.tasks:
         for seed in args.seeds:
             for spec in args.agents:
-                label = spec if spec != "rppo" else "rppo"
-                key = (label, task, seed, args.budget, float(args.reward_scale))
+                key = (spec, task, seed, args.budget, float(args.reward_scale))
                 if key in done:
                     continue
                 cmd = [sys.executable, str(HERE / "memory_suite.py"), "one"]
@@ -486,7 +616,7 @@ def markdown_table(records: list[dict[str, Any]], reward_scale: float = 1.0) -> 
         (r["task"], r["budget"], r["seed"]): r
         for runs in groups.values()
         for r in runs
-        if r["agent"] == "rppo"
+        if r["agent"] in PEERS
     }
     lines = [
         "| task | agent | budget | best greedy mean, median (per seed) | final | "
@@ -496,7 +626,7 @@ def markdown_table(records: list[dict[str, Any]], reward_scale: float = 1.0) -> 
     ]
     order = {name: i for i, name in enumerate(TASKS)}
     for (task, agent, budget), runs in sorted(
-        groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][2], kv[0][1] == "rppo")
+        groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][2], kv[0][1] in PEERS)
     ):
         runs.sort(key=lambda r: r["seed"])
         best = " / ".join(f"{r['best']:.2f}" for r in runs)
@@ -518,8 +648,8 @@ def markdown_table(records: list[dict[str, Any]], reward_scale: float = 1.0) -> 
 
 
 def _to_the_peers_best(runs: list[dict[str, Any]], peers: dict[tuple, dict[str, Any]]) -> str:
-    """Median train seconds until each run first matched RecurrentPPO's best on its seed
-    (the peer's own runs: until their best), and on how many seeds it did."""
+    """Median train seconds until each run first matched the peer's best on its seed (the
+    peer's own runs: until their best), and on how many seeds it did."""
     paired = [(r, peers.get((r["task"], r["budget"], r["seed"]))) for r in runs]
     paired = [(r, peer) for r, peer in paired if peer is not None]
     if not paired:
@@ -546,16 +676,20 @@ def main() -> None:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--eval-every", type=int, default=None, help="env steps (per task)")
         p.add_argument(
-            "--threshold", type=float, default=0.9, help="normalised mean that counts as solved"
+            "--threshold",
+            type=float,
+            default=None,
+            help="normalised mean that counts as solved (default: SOLVED_LEVELS, else 0.9)",
         )
         common(p)
 
     one = sub.add_parser("one", help="one agent x task x seed: one JSON line")
-    one.add_argument("--agent", choices=["ours", "rppo"], required=True)
-    one.add_argument("--preset", choices=["masked", "memory"], default="masked")
+    one.add_argument("--agent", choices=["ours", *PEERS], required=True)
+    one.add_argument("--preset", choices=PRESETS, default="masked")
     one.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     run_args(one)
-    worker = sub.add_parser("rppo-worker", help=argparse.SUPPRESS)
+    worker = sub.add_parser("peer-worker", help=argparse.SUPPRESS)
+    worker.add_argument("--agent", choices=PEERS, required=True)
     run_args(worker)
     suite = sub.add_parser("suite", help="many runs appended to --out, then a table")
     suite.add_argument("--agents", nargs="+", default=["ours:masked", "rppo"])
@@ -570,10 +704,10 @@ def main() -> None:
     table.add_argument("--reward-scale", type=float, default=1.0)
     args = parser.parse_args()
 
-    if args.command == "one":
-        cmd_one(args)
-    elif args.command == "rppo-worker":
-        args.agent = "rppo-worker"
+    if args.command in ("one", "peer-worker"):
+        args.worker = args.command == "peer-worker"
+        if args.agent == "dqn":
+            check_dqn_task(args.task)
         cmd_one(args)
     elif args.command == "suite":
         for spec in args.agents:
@@ -581,7 +715,10 @@ def main() -> None:
         for task in args.tasks:
             if task not in TASKS:
                 raise SystemExit(f"unknown task {task!r}; tasks: {', '.join(TASKS)}")
-        if "rppo" in args.agents:
+        if "dqn" in args.agents:
+            for task in args.tasks:
+                check_dqn_task(task)
+        if any(spec in PEERS for spec in args.agents):
             peers_python(args.peers_python)
         cmd_suite(args)
     else:

@@ -48,7 +48,9 @@ def test_agent_specs(suite):
     assert suite.parse_agent_spec("ours:memory:gamma=0.9, multisteps=5") == [
         "--agent", "ours", "--preset", "memory", "--set", "gamma=0.9", "--set", "multisteps=5",
     ]  # fmt: skip
-    for bad in ("ours", "ours:atari", "ppo"):
+    assert suite.parse_agent_spec("dqn") == ["--agent", "dqn"]
+    assert suite.parse_agent_spec("ours:cartpole") == ["--agent", "ours", "--preset", "cartpole"]
+    for bad in ("ours", "ours:atari", "ppo", "dqn:x"):
         with pytest.raises(SystemExit, match="agent spec"):
             suite.parse_agent_spec(bad)
     assert suite.parse_overrides(["gamma=0.9", "enable_dueling=False"]) == {
@@ -92,4 +94,38 @@ def test_bad_input_is_named_before_any_run(tmp_path):
     assert proc.returncode != 0 and "/nope/python" in proc.stderr
     proc = run("suite", "--agents", "ours:masked", "--tasks", "maze", "--out", "x.jsonl")
     assert proc.returncode != 0 and "maze" in proc.stderr
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_acrobot_is_scored_from_minus_500_to_0_and_solved_at_gymnasiums_threshold(suite):
+    env, score_range = suite.make_task("acrobot")
+    assert env.spec.id == "Acrobot-v1" and score_range == (-500.0, 0.0)
+    assert env.spec.reward_threshold == -100.0
+    # -100 normalises to 0.6, the solved level; CartPole's 475 to 0.9, the default's
+    at_threshold = suite.summarise_curve([(1, -100.0)], score_range, suite.solved_level("acrobot"))
+    assert at_threshold["curve"][0][2] == 0.6 and at_threshold["solved_at"] == 1
+    below = suite.summarise_curve([(1, -101.0)], score_range, suite.solved_level("acrobot"))
+    assert below["solved_at"] is None
+    assert suite.solved_level("cartpole") == 0.9 and suite.solved_level("tmaze-5") == 0.9
+
+
+@pytest.mark.parametrize(
+    ("task", "budget", "fraction"),
+    [("acrobot", 100_000, 0.12), ("acrobot", 50_000, 0.24), ("acrobot", 10_000, 1.0),
+     ("cartpole", 50_000, 0.16), ("cartpole", 100_000, 0.08)],
+)  # fmt: skip
+def test_dqn_keeps_the_zoos_epsilon_ramp_in_env_steps(suite, task, budget, fraction):
+    settings = suite.dqn_settings(task, budget)
+    assert settings["exploration_fraction"] == pytest.approx(fraction)
+    assert "n_timesteps" not in settings  # not a DQN argument
+    assert settings["learning_rate"] == suite.DQN_ZOO[task]["learning_rate"]
+
+
+def test_dqn_on_a_task_without_tuned_settings_is_named_before_any_run(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(PATH), "suite", "--agents", "dqn", "--tasks", "acrobot", "tmaze-5",
+         "--out", "x.jsonl"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "'tmaze-5'" in proc.stderr and "acrobot" in proc.stderr
     assert not (tmp_path / "x.jsonl").exists()
