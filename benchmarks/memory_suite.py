@@ -612,12 +612,10 @@ def markdown_table(records: list[dict[str, Any]], reward_scale: float = 1.0) -> 
         if "error" in r or float(r["reward_scale"]) != float(reward_scale):
             continue
         groups.setdefault((r["task"], r["agent"], r["budget"]), []).append(r)
-    peers = {
-        (r["task"], r["budget"], r["seed"]): r
-        for runs in groups.values()
-        for r in runs
-        if r["agent"] in PEERS
-    }
+    # the peer of a seed: RecurrentPPO's run where there is one, else DQN's
+    peer_runs = [r for runs in groups.values() for r in runs if r["agent"] in PEERS]
+    peer_runs.sort(key=lambda r: -PEERS.index(r["agent"]))
+    peers = {(r["task"], r["budget"], r["seed"]): r for r in peer_runs}
     lines = [
         "| task | agent | budget | best greedy mean, median (per seed) | final | "
         "env steps to threshold, median (solved) | stays solved | wall s, median (train) | "

@@ -129,3 +129,18 @@ def test_dqn_on_a_task_without_tuned_settings_is_named_before_any_run(tmp_path):
     )  # fmt: skip
     assert proc.returncode != 0 and "'tmaze-5'" in proc.stderr and "acrobot" in proc.stderr
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_the_peer_column_takes_recurrent_ppo_where_both_peers_ran(suite):
+    def record(agent, best, curve):
+        return dict(agent=agent, task="cartpole", seed=0, budget=1000, reward_scale=1.0,
+                    best=best, final=best, solved_at=None, stays_solved=False, wall_s=1.0,
+                    train_wall_s=1.0, curve=curve)  # fmt: skip
+
+    ours = record("ours:cartpole", 0.5, [[500, 0, 0.2, 2.0], [1000, 0, 0.5, 4.0]])
+    rppo = record("rppo", 0.5, [[1000, 0, 0.5, 7.0]])
+    dqn = record("dqn", 0.2, [[1000, 0, 0.2, 9.0]])
+    for order in ([ours, rppo, dqn], [ours, dqn, rppo]):
+        ours_row = suite.markdown_table(order).splitlines()[2]
+        assert ours_row.startswith("| cartpole | ours:cartpole |")
+        assert ours_row.endswith("| 4 (1/1) |")  # to RecurrentPPO's 0.5, not DQN's 0.2 (2 s)
