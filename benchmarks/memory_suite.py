@@ -187,6 +187,19 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- ours
 
 
+def preset_config(
+    preset: str, shape: tuple[int, ...], actions: int, seed: int, overrides: dict[str, Any]
+) -> Any:
+    """The `R2D2Config` of `preset` (`PRESETS`) for a task's observation shape and action
+    count, seeded, with `overrides` (as a user would call the preset)."""
+    from r2d2_agent import presets  # noqa: PLC0415
+
+    if preset == "memory":
+        return presets.memory_config(shape, actions, seed=seed, **overrides)
+    make = presets.cartpole_config if preset == "cartpole" else presets.masked_cartpole_config
+    return make(input_shape=shape, nb_actions=actions, seed=seed, **overrides)
+
+
 def train_seconds_to(record: dict[str, Any], level: float) -> float | None:
     """Training wall seconds until a run's greedy evaluation first reached `level`
     (normalised); None if it never did or its curve has no times (older records)."""
@@ -211,19 +224,12 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     import numpy as np  # noqa: PLC0415
 
-    from r2d2_agent import R2D2Agent, presets  # noqa: PLC0415
+    from r2d2_agent import R2D2Agent  # noqa: PLC0415
 
     train_env, score_range = make_task(args.task, args.reward_scale)
     eval_env, _ = make_task(args.task)
     shape, actions = train_env.observation_space.shape, int(train_env.action_space.n)
-    overrides = parse_overrides(args.set)
-    if args.preset == "memory":
-        config = presets.memory_config(shape, actions, seed=args.seed, **overrides)
-    else:
-        make = (
-            presets.cartpole_config if args.preset == "cartpole" else presets.masked_cartpole_config
-        )
-        config = make(input_shape=shape, nb_actions=actions, seed=args.seed, **overrides)
+    config = preset_config(args.preset, shape, actions, args.seed, parse_overrides(args.set))
     agent = R2D2Agent(config)
     agent.compile()
     eval_env.reset(seed=10_000 + args.seed)

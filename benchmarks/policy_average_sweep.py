@@ -35,7 +35,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from memory_suite import make_task, parse_overrides  # noqa: E402
+from memory_suite import PRESETS, make_task, parse_overrides, preset_config  # noqa: E402
 
 ONLINE = "online"
 
@@ -94,17 +94,12 @@ def run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    from r2d2_agent import R2D2Agent, presets  # noqa: PLC0415
+    from r2d2_agent import R2D2Agent  # noqa: PLC0415
 
     train_env, (low, high) = make_task(args.task)
     shape, actions = train_env.observation_space.shape, int(train_env.action_space.n)
     overrides = {"policy_average_updates": 0, **parse_overrides(args.set)}  # online weights
-    if args.preset == "memory":
-        config = presets.memory_config(shape, actions, seed=seed, **overrides)
-    else:
-        config = presets.masked_cartpole_config(
-            input_shape=shape, nb_actions=actions, seed=seed, **overrides
-        )
+    config = preset_config(args.preset, shape, actions, seed, overrides)
     if config.policy_average_updates:
         raise SystemExit("train without policy_average_updates: the averages are made here")
     agent = R2D2Agent(config)
@@ -170,7 +165,7 @@ def summarise(records: list[dict[str, Any]], level: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="masked-cartpole", help="a memory_suite.py task")
-    parser.add_argument("--preset", choices=("masked", "memory"), default="masked")
+    parser.add_argument("--preset", choices=PRESETS, default="masked")
     parser.add_argument("--set", nargs="*", default=[], help="config overrides FIELD=VALUE")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--budget", type=int, default=60_000, help="env steps per run")

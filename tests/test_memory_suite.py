@@ -144,3 +144,17 @@ def test_the_peer_column_takes_recurrent_ppo_where_both_peers_ran(suite):
         ours_row = suite.markdown_table(order).splitlines()[2]
         assert ours_row.startswith("| cartpole | ours:cartpole |")
         assert ours_row.endswith("| 4 (1/1) |")  # to RecurrentPPO's 0.5, not DQN's 0.2 (2 s)
+
+
+def test_each_preset_is_called_as_a_user_would_with_the_tasks_spaces(suite):
+    from r2d2_agent import presets
+
+    assert suite.preset_config("cartpole", (6,), 3, 1, {}) == presets.cartpole_config(
+        input_shape=(6,), nb_actions=3, seed=1
+    )
+    assert suite.preset_config("masked", (2,), 2, 0, {"gamma": 0.9}) == (
+        presets.masked_cartpole_config(input_shape=(2,), nb_actions=2, seed=0, gamma=0.9)
+    )
+    assert suite.preset_config("memory", (5,), 3, 2, {"memory_span": 20}) == (
+        presets.memory_config((5,), 3, seed=2, memory_span=20)
+    )
