@@ -4,7 +4,10 @@
 #   queue A: r2d2-agent on CartPole-v1, then on the masked CartPole
 #   queue B: SB3 DQN (rl-zoo tuned, 50k budget) on CartPole-v1, then sb3-contrib
 #            RecurrentPPO on the masked CartPole
-# Usage: [SEEDS="0 1 2 3 4"] bash benchmarks/compare_peers.sh [OUTDIR]
+# With ACROBOT=1, then Acrobot-v1 (a control task no preset was built on): ours
+# (cartpole_config) beside SB3 DQN with rl-zoo's tuned Acrobot settings, 100k env steps,
+# through memory_suite.py (two runs at once; about 25 minutes for seeds 0-4).
+# Usage: [SEEDS="0 1 2 3 4"] [ACROBOT=1] bash benchmarks/compare_peers.sh [OUTDIR]
 #        (needs ../shared/peers and the venv)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,5 +28,11 @@ qb() {
   for s in $seeds; do timeout 960 "$venv/bin/python" "$peers/sb3_rppo.py" --seed $s > "$out/sb3_rppo_s$s.log" 2>&1; done
 }
 qa & qb & wait
+if [ "${ACROBOT:-0}" = 1 ]; then
+  $PY "$here/memory_suite.py" suite --tasks acrobot --agents ours:cartpole dqn --seeds $seeds \
+    --budget 100000 --jobs 2 --peers-python "$venv/bin/python" --out "$out/acrobot.jsonl" \
+    --markdown > "$out/acrobot.md" 2> "$out/acrobot.err"
+  cat "$out/acrobot.md"
+fi
 tail -n 1 "$out"/r2d2_*.jsonl
 for f in "$out"/sb3_*.log; do echo "$f: $(tail -n 1 "$f")"; done
