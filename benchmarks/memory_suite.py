@@ -475,18 +475,9 @@ def peers_python(flag: str | None) -> str:
 def run_peer(args: argparse.Namespace) -> dict[str, Any]:
     """Runs the peer `args.agent` (`PEER_RUNNERS`) in the peers' venv; returns its JSON line."""
     cmd = [peers_python(args.peers_python), str(HERE / "memory_suite.py"), "peer-worker"]
-    cmd += [
-        "--agent",
-        args.agent,
-        "--task",
-        args.task,
-        "--seed",
-        str(args.seed),
-        "--budget",
-        str(args.budget),
-    ]
-    cmd += ["--eval-every", str(args.eval_every), "--threshold", str(args.threshold)]
-    cmd += ["--reward-scale", str(args.reward_scale)]
+    cmd += ["--agent", args.agent, "--task", args.task, "--seed", str(args.seed)]
+    cmd += ["--budget", str(args.budget), "--eval-every", str(args.eval_every)]
+    cmd += ["--threshold", str(args.threshold), "--reward-scale", str(args.reward_scale)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # stderr: ours
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
