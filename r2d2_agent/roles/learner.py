@@ -221,12 +221,12 @@ class R2D2Learner:
         Raises:
             ValueError: If the number of arrays is not what this learner publishes.
         """
-        online, policy = split_published(arrays, self.average is not None)
         expected = len(self.online.model.weights) * (1 if self.average is None else 2)
         if len(arrays) != expected:
             raise ValueError(
                 f"{len(arrays)} published weight arrays for a learner that publishes {expected}"
             )
+        online, policy = split_published(arrays, self.average is not None)
         self.set_weights(online)
         if self.average is not None:
             self.average.set_weights(policy)
