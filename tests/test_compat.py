@@ -244,3 +244,44 @@ def test_flat_caller_calls_the_public_way_on_a_tensorflow_without_call_flat():
 
     out, _ = compat.flat_caller(Public())(np.ones(3), 3)
     assert float(out) == 9.0 and calls == [[tf.float32, tf.int32]]
+
+
+def test_flat_caller_copies_an_array_of_the_spec_dtype_into_a_tensor_of_its_own():
+    values = np.array([1.0, 2.0, 3.0], np.float32)
+    tensor = compat._eager_tensor_maker()(values, tf.float32)
+    values[0] = 99.0  # the tensor was made from a copy, as tf.convert_to_tensor makes it
+    assert tensor.dtype == tf.float32 and tensor.numpy().tolist() == [1.0, 2.0, 3.0]
+
+    @tf.function(input_signature=[tf.TensorSpec((3,), tf.float32)])
+    def doubled(values):
+        return values * 2.0
+
+    out = compat.flat_caller(doubled.get_concrete_function())(values)
+    assert out.numpy().tolist() == [198.0, 4.0, 6.0]
+
+
+@pytest.mark.parametrize(
+    ("array", "dtype"),
+    [
+        (np.arange(6, dtype=np.int32).reshape(2, 3), tf.int32),
+        (np.array([True, False]), tf.bool),
+        (np.arange(4, dtype=np.uint8), tf.uint8),
+        (np.arange(4, dtype=np.float64), tf.float32),  # converted: the public way
+        (np.float32(2.5), tf.float32),  # a numpy scalar: the public way
+        ([1, 2], tf.int64),
+    ],
+)
+def test_eager_tensor_maker_makes_what_convert_to_tensor_makes(array, dtype):
+    made = compat._eager_tensor_maker()(array, dtype)
+    expected = tf.convert_to_tensor(array, dtype=dtype)
+    assert made.dtype == expected.dtype == dtype
+    assert made.shape == expected.shape
+    assert made.numpy().tolist() == expected.numpy().tolist()
+    assert made.device == expected.device
+
+
+def test_eager_tensor_maker_places_tensors_on_the_current_device():
+    make = compat._eager_tensor_maker()
+    with tf.device("/CPU:0"):
+        made = make(np.zeros(2, np.float32), tf.float32)
+    assert made.device.endswith("CPU:0")
