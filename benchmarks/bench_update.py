@@ -7,6 +7,11 @@ the compiled update, priorities). Two configurations: the CartPole preset and
 with 1 TensorFlow thread. CPU time of the process (TensorFlow's threads included), the
 median of `--repeats` blocks of `--updates` cycles each.
 
+`conversion_us_per_update` is the part of a cycle that turns one sampled batch (its
+fields, the importance weights and the reward moments: the update's flat inputs) into
+tensors, in microseconds: `tf.convert_to_tensor` as TensorFlow's public call does it,
+against `compat.flat_caller`'s own tensor maker, alternating, median of `--repeats`.
+
 Run it beside another checkout (`PYTHONPATH=<other checkout>`) to compare two versions of
 the learner; alternate the two a few times, as the figures move by 10-20% between runs
 on a shared machine. Prints one JSON object. Usage::
@@ -27,6 +32,7 @@ import time
 
 import numpy as np
 
+from r2d2_agent import compat
 from r2d2_agent.compat import tf
 from r2d2_agent.presets import cartpole_config, memory_config
 from r2d2_agent.roles import R2D2Builder
@@ -71,6 +77,35 @@ def cycle_ms(config, updates: int, repeats: int) -> float:
     return round(statistics.median(blocks), 3)
 
 
+def conversion_us(config, repeats: int, rounds: int = 200) -> dict[str, float]:
+    """Microseconds to make tensors of one update's flat inputs: through
+    `tf.convert_to_tensor` and through `flat_caller`'s maker (see the module docstring)."""
+    learner = R2D2Builder(config).make_learner()
+    made = _Records()
+    fill_replay(made, config, WARM, np.float32)
+    for record in made.records:
+        learner.add(record)
+    _, batch, _ = learner.replay.sample(config.batch_size)
+    signature = learner._update_signature()
+    arrays = [batch[name] for name in learner._fields]
+    arrays += [np.ones(config.batch_size, np.float32), np.array([4.0, 4.0])]
+    dtypes = [spec.dtype for spec in signature]
+    maker = compat._eager_tensor_maker()
+    makers = {
+        "convert_to_tensor": lambda a, d: tf.convert_to_tensor(a, dtype=d),
+        "flat_caller": maker,
+    }
+    times: dict[str, list[float]] = {name: [] for name in makers}
+    for _ in range(repeats):
+        for name, make in makers.items():
+            start = time.process_time()
+            for _ in range(rounds):
+                for array, dtype in zip(arrays, dtypes, strict=True):
+                    make(array, dtype)
+            times[name].append((time.process_time() - start) / rounds * 1e6)
+    return {name: round(statistics.median(values), 1) for name, values in times.items()}
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Measures both configurations and prints one JSON object."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -83,9 +118,14 @@ def main(argv: list[str] | None = None) -> dict:
         "cartpole": cartpole_config(seed=0),
         "memory": memory_config(input_shape=(4,), nb_actions=4, seed=0),
     }
-    report = {**report_header("bench_update"), "cpu_ms_per_cycle": {}}
+    report = {
+        **report_header("bench_update"),
+        "cpu_ms_per_cycle": {},
+        "conversion_us_per_update": {},
+    }
     for name, config in configs.items():
         report["cpu_ms_per_cycle"][name] = cycle_ms(config, args.updates, args.repeats)
+        report["conversion_us_per_update"][name] = conversion_us(config, args.repeats)
     print(json.dumps(report))
     return report
 

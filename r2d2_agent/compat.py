@@ -214,8 +214,9 @@ def flat_caller(function: Any) -> Callable[..., Any]:
     2.0); on a TensorFlow without it, it calls the function the public way. An array
     already of the spec's dtype becomes a tensor the way `tf.convert_to_tensor` ends up
     making it (a copy of the array as an `EagerTensor` on the current device), without
-    the seven Python calls of its dispatch: about 9 instead of 26 microseconds per array
-    (`_eager_tensor_maker`); anything else goes through `tf.convert_to_tensor`.
+    the seven Python calls of its dispatch (`_eager_tensor_maker`; about 0.6 ms less per
+    learner update at the presets, benchmarks/RESULTS.md stop 41); anything else goes
+    through `tf.convert_to_tensor`.
 
     Args:
         function: A concrete function whose inputs are a flat list of `TensorSpec`s of
