@@ -277,11 +277,3 @@ def test_eager_tensor_maker_makes_what_convert_to_tensor_makes(array, dtype):
     assert made.dtype == expected.dtype == dtype
     assert made.shape == expected.shape
     assert made.numpy().tolist() == expected.numpy().tolist()
-    assert made.device == expected.device
-
-
-def test_eager_tensor_maker_places_tensors_on_the_current_device():
-    make = compat._eager_tensor_maker()
-    with tf.device("/CPU:0"):
-        made = make(np.zeros(2, np.float32), tf.float32)
-    assert made.device.endswith("CPU:0")
