@@ -1,14 +1,17 @@
 """Env steps/s of one actor process with N envs, beside its env alone and the bare forward pass.
 
 One actor process steps `envs_per_actor` (N) envs and selects all N actions with one
-batched forward pass (`R2D2VectorActor` in `VectorEpisodeLoop`, with one `SequenceAdder`
-per env whose sequences go to a list, as an actor's go to its sender). This measures, in
-one run and one thread (TensorFlow and BLAS limited to 1 thread), per CPU second of this
-process (so that other processes on a shared machine change the figures little):
+batched forward pass (`R2D2VectorActor` in `VectorEpisodeLoop`, with a
+`VectorSequenceAdder` whose sequences go to a list, as an actor's go to its sender). This
+measures, in one run and one thread (TensorFlow and BLAS limited to 1 thread), per CPU
+second of this process (so that other processes on a shared machine change the figures
+little):
 
-* `env_alone`: env steps/s of one env with random actions: the physical limit of one core;
+* `env_alone`: env steps/s of one env with random actions: the physical limit of one core
+  (the median of its measurements before and after each actor measurement);
 * `forward[N]`: env steps/s the bare batched forward pass allows (N / seconds per call);
-* `actor[N]`: env steps/s of the actor with N envs, and `ratio[N]` = actor / env alone.
+* `actor[N]`: env steps/s of the actor with N envs, and `ratio[N]` = actor / env alone
+  (the mean of the env's measurements right before and right after it).
 
 Sizes: "atari" is the paper's network (84x84x4 uint8 frames, DQN torso, LSTM 512, dueling;
 Keras policy) on a fake env with the ALE's output (84x84 uint8 frames) whose step costs
@@ -118,17 +121,20 @@ def forward_rate(builder: R2D2Builder, policy: Any, n: int, seconds: float) -> f
 
 
 class _Clock(VectorObserver):
-    """Counts env steps and CPU seconds from the first step on (not the first resets)."""
+    """Counts env steps and CPU seconds from the first step on (not the first resets).
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds, self.start, self.steps = seconds, None, 0
+    It counts at the end of each step of all `n` envs, as an actor process's runner does
+    (an observer of single env steps would cost the loop its per-env hooks)."""
+
+    def __init__(self, seconds: float, n: int) -> None:
+        self.seconds, self.n, self.start, self.steps = seconds, n, None, 0
 
     def on_step_begin(self) -> None:
         if self.start is None:
             self.start = time.process_time()
 
-    def on_env_step_end(self, env: int, episode_step: int, transition: Any) -> None:
-        self.steps += 1
+    def on_step_end(self) -> None:
+        self.steps += self.n
 
     def elapsed(self) -> float:
         return 0.0 if self.start is None else time.process_time() - self.start
@@ -140,36 +146,46 @@ class _Clock(VectorObserver):
 def actor_rate(builder: R2D2Builder, policy: Any, make_env: Any, n: int, seconds: float) -> float:
     """Env steps per CPU second of an actor of `n` envs (sequences go to a list)."""
     records: list[Any] = []
-    adders = [builder.make_adder(records.append) for _ in range(n)]
+    adder = builder.make_vector_adder([records.append] * n)
     epsilons = [builder.actor_epsilon(j, n) for j in range(n)]
-    actor = builder.make_vector_actor(policy, adders, epsilons, list(range(n)))
+    actor = builder.make_vector_actor(policy, adder, epsilons, list(range(n)))
     envs = EnvList([make_env() for _ in range(n)])
     VectorEpisodeLoop(envs, actor, seeds=range(n)).run(nb_steps=3 * n)  # warm-up (tracing)
     records.clear()
-    clock = _Clock(seconds)
+    clock = _Clock(seconds, n)
     VectorEpisodeLoop(envs, actor, observers=[clock], seeds=range(n)).run(should_stop=lambda: False)
     envs.close()
     return clock.steps / clock.elapsed()
 
 
 def measure(name: str, config: R2D2Config, make_env: Any, ns: list[int], seconds: float) -> dict:
+    """The env alone, the forward pass and the actor at each N. This box's speed drifts
+    by a third within minutes, so the env alone is measured right before and right after
+    each actor measurement, and each ratio divides by the mean of those two; `env_alone`
+    is the median of all the env's measurements (`env_alone_samples`)."""
     builder = R2D2Builder(config)
     policy = builder.make_policy()
     policy.set_weights(_weights(builder))
-    alone = env_rate(make_env, seconds)
+    samples = [env_rate(make_env, seconds)]
     out: dict[str, Any] = {
         "policy": type(policy).__name__,
-        "env_alone": round(alone, 1),
+        "env_alone": None,
+        "env_alone_samples": samples,
         "forward": {},
         "actor": {},
         "ratio": {},
     }
     for n in ns:
         out["forward"][n] = round(forward_rate(builder, policy, n, seconds), 1)
+        before = samples[-1]
         rate = actor_rate(builder, policy, make_env, n, seconds)
+        samples.append(env_rate(make_env, seconds))
+        alone = (before + samples[-1]) / 2
         out["actor"][n] = round(rate, 1)
         out["ratio"][n] = round(rate / alone, 3)
         print(f"{name} N={n}: actor {rate:.0f} env steps/s ({rate / alone:.2f}x)", file=sys.stderr)
+    out["env_alone"] = round(float(np.median(samples)), 1)
+    out["env_alone_samples"] = [round(x, 1) for x in samples]
     return out
 
 

@@ -35,25 +35,30 @@ from r2d2_agent.roles.state_discrepancy import (
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
 
-class CountingAdder:
-    """An adder that counts the calls it gets (the recorder must pass every one on)."""
+class CountingVectorAdder:
+    """A vector adder that counts the calls it gets per env (the recorders are taps: the
+    shared adder must still get every call)."""
 
-    def __init__(self) -> None:
-        self.calls = {"reset": 0, "add_first": 0, "add": 0}
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+        self.calls = [{"reset": 0, "add_first": 0, "add": 0} for _ in range(num_envs)]
 
-    def reset(self):
-        self.calls["reset"] += 1
+    def reset(self, env):
+        self.calls[env]["reset"] += 1
 
-    def add_first(self, frame):
-        self.calls["add_first"] += 1
+    def add_first(self, env, frame):
+        self.calls[env]["add_first"] += 1
 
-    def add(self, *args):
-        self.calls["add"] += 1
+    def add(self, actions, *args):
+        assert len(actions) == self.num_envs
+        for calls in self.calls:
+            calls["add"] += 1
 
 
 def play(vector, rng, lengths_per_env, callback, runner):
     """Plays episodes of the given lengths in each env of `vector` on random frames,
-    calling the callback's episode-end hook after each episode as the runner does."""
+    calling the callback's episode-end hook after each episode as the runner does; an
+    env whose episodes are done plays on in an episode that does not end."""
     shape = vector.config.input_shape
     remaining = [list(lengths) for lengths in lengths_per_env]
     steps = [0] * vector.num_envs
@@ -61,22 +66,20 @@ def play(vector, rng, lengths_per_env, callback, runner):
         vector.observe_first(env, rng.normal(size=shape))
     while any(remaining):
         actions = vector.select_actions()
+        ends = []
         for env in range(vector.num_envs):
-            if not remaining[env]:
-                continue  # this env is done: its action is ignored
             steps[env] += 1
             runner.steps += 1
-            end = steps[env] == remaining[env][0]
-            vector.observe(env, int(actions[env]), 1.0, rng.normal(size=shape), end, False)
+            ends.append(bool(remaining[env]) and steps[env] == remaining[env][0])
+        frames = [rng.normal(size=shape) for _ in range(vector.num_envs)]
+        n = vector.num_envs
+        vector.observe_all(actions.tolist(), [1.0] * n, frames, ends, [False] * n)
+        for env, end in enumerate(ends):
             if end:
                 remaining[env].pop(0)
                 steps[env] = 0
                 callback.on_r2d2_actor_episode_end(0, runner, None)
-                if remaining[env]:
-                    vector.observe_first(env, rng.normal(size=shape))
-                else:  # keep the env acting (its transitions are not counted)
-                    vector.actors[env].adder = None
-                    vector.observe_first(env, rng.normal(size=shape))
+                vector.observe_first(env, rng.normal(size=shape))
 
 
 # ----------------------------------------------------------------- episode files --
@@ -126,8 +129,8 @@ def test_bad_arguments_are_named(tmp_path, kwargs, message):
 
 def test_actors_record_each_env_and_write_their_kept_episodes(tmp_path, make_config):
     config = make_config(input_shape=(3,), envs_per_actor=2)
-    adders = [CountingAdder(), CountingAdder()]
-    vector = R2D2VectorActor(config, numpy_network(config), adders, [0.5, 0.5], [0, 1])
+    adder = CountingVectorAdder(2)
+    vector = R2D2VectorActor(config, numpy_network(config), adder, [0.5, 0.5], [0, 1])
     runner = SimpleNamespace(actor=vector, steps=0)
     callback = StateDiscrepancyCallback(tmp_path, keep=2, every=1, write_seconds=0)
     callback = pickle.loads(pickle.dumps(callback))  # as the manager ships it
@@ -139,9 +142,10 @@ def test_actors_record_each_env_and_write_their_kept_episodes(tmp_path, make_con
     assert [e.length for e in episodes] == [6, 3, 5]
     assert meta["env"].tolist() == [0, 0, 1] and meta["env_steps"] == runner.steps
     assert [e.length for e in callback.episodes()] == [6, 3, 5]
-    # The adders got every call, through the recorders.
-    assert adders[0].calls["add"] == 13 and adders[0].calls["add_first"] == 3
-    assert adders[1].calls["add"] == 5 and adders[1].calls["add_first"] == 1
+    # The shared adder got every call besides the recorders (each env starts one more
+    # episode after its last: 3 + 1 and 1 + 1).
+    assert adder.calls[0]["add"] == 13 and adder.calls[0]["add_first"] == 4
+    assert adder.calls[1]["add"] == 13 and adder.calls[1]["add_first"] == 2
     # The stored states are the network's own: all finite, of the LSTM's size.
     assert all(e.states.shape[1:] == (2, config.state_size) for e in episodes)
     assert not pickle.loads(pickle.dumps(callback))._recorders  # recorders stay in the actor
@@ -149,7 +153,7 @@ def test_actors_record_each_env_and_write_their_kept_episodes(tmp_path, make_con
 
 def test_actors_rewrite_their_file_at_most_every_write_seconds(tmp_path, make_config):
     config = make_config(input_shape=(3,), envs_per_actor=1)
-    vector = R2D2VectorActor(config, numpy_network(config), [None], [0.5], [0])
+    vector = R2D2VectorActor(config, numpy_network(config), None, [0.5], [0])
     runner = SimpleNamespace(actor=vector, steps=0)
     callback = StateDiscrepancyCallback(tmp_path, keep=5, write_seconds=3600)
     callback.on_r2d2_actor_begin(0, runner)

@@ -191,8 +191,9 @@ def _single_env_records(config, env_kwargs, epsilon, seed, weights, kind="numpy"
     return records
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["per-env adders", "arrays"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_n_envs_record_what_n_single_env_actors_record(make_config, case):
+def test_n_envs_record_what_n_single_env_actors_record(make_config, case, batched):
     config = _config(make_config, case)
     weights = _weights(config)
     builder = R2D2Builder(config)
@@ -201,7 +202,7 @@ def test_n_envs_record_what_n_single_env_actors_record(make_config, case):
     records: list[list[SequenceRecord]] = [[] for _ in range(n)]
     actor = builder.make_vector_actor(
         _policy(config, weights, case.policy),
-        [builder.make_adder(records[j].append) for j in range(n)],
+        builder.make_vector_adder([records[j].append for j in range(n)], batched=batched),
         case.epsilons,
         seeds,
     )
@@ -256,9 +257,71 @@ def test_an_env_that_ends_resets_alone_and_keeps_terminated_apart_from_truncated
     assert [e for e in episodes.ended if e[0] == 2] == []
 
 
+class _Hooks(VectorObserver):
+    """Logs every hook call (episode ends with their whole result)."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def on_step_begin(self) -> None:
+        self.log.append("begin")
+
+    def on_env_episode_end(self, env, result):
+        self.log.append(("episode", env, result))
+
+    def on_step_end(self) -> None:
+        self.log.append("end")
+
+
+class _StepHooks(_Hooks):
+    """The same, and every single env step."""
+
+    def on_env_step_end(self, env, episode_step, transition):
+        self.log.append(("step", env, episode_step, transition.reward))
+
+
+def test_the_loop_reports_the_same_episodes_with_or_without_an_observer_of_env_steps(
+    make_config,
+):
+    """Without an `on_env_step_end` observer the loop keeps its counts in arrays; the
+    episode ends it reports (returns, lengths, run totals, order) are the same."""
+    case = CASES[2]  # never ends, ends every step, truncates at 5, ends at 7
+    config = _config(make_config, case)
+    builder = R2D2Builder(config)
+    weights = _weights(config)
+    logs = []
+    for hooks in (_Hooks, _StepHooks):
+        log: list = []
+        actor = builder.make_vector_actor(
+            NumpyNetwork(config, weights), None, (0.5,) * 4, [1, 2, 3, 4]
+        )
+        envs = EnvList([ScriptedEnv(**kwargs) for kwargs in case.envs])
+        totals = VectorEpisodeLoop(envs, actor, observers=[hooks(log)], seeds=[5, 6, 7, 8]).run(
+            nb_steps=4 * 30
+        )
+        assert totals.steps == 120 and totals.episodes == 30 + 6 + 4
+        logs.append(log)
+    without, with_steps = logs
+    assert [entry for entry in with_steps if entry[0] != "step"] == without
+    results = [entry[2] for entry in without if entry[0] == "episode"]
+    assert [r.episode for r in results] == list(range(len(results)))
+    # env 1 ends every step: its episode of step t is the run's env step 4 t + 2
+    assert [r.total_steps for r in results if r.episode_steps == 1][:3] == [2, 6, 10]
+    returns = {}  # env 2's rewards, summed per episode, from the step hooks
+    for entry in with_steps:
+        if entry[0] == "step" and entry[1] == 2:
+            returns.setdefault(len(returns) if entry[2] == 0 else len(returns) - 1, []).append(
+                entry[3]
+            )
+    env2 = [entry[2].episode_return for entry in without if entry[0] == "episode" and entry[1] == 2]
+    assert env2 == [sum(rewards) for rewards in returns.values()][: len(env2)]
+
+
 # --------------------------------------------------------------- Gymnasium vector envs --
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
 def test_a_gymnasium_vector_env_records_what_a_list_of_envs_records(make_config, mode):
+    """(With the envs in arrays: the per-env adders' records are the single-env
+    actors' by construction, `test_n_envs_record_what_n_single_env_actors_record`.)"""
     case = CASES[1]
     config = _config(make_config, case)
     weights = _weights(config)
@@ -269,7 +332,7 @@ def test_a_gymnasium_vector_env_records_what_a_list_of_envs_records(make_config,
         records: list[list[SequenceRecord]] = [[] for _ in range(n)]
         actor = builder.make_vector_actor(
             NumpyNetwork(config, weights),
-            [builder.make_adder(records[j].append) for j in range(n)],
+            builder.make_vector_adder([records[j].append for j in range(n)], batched=True),
             case.epsilons,
             seeds,
         )
@@ -348,6 +411,45 @@ def test_an_actor_runner_refuses_a_wrong_number_of_envs(make_config):
         ActorRunner(
             0, R2D2Builder(config), gym.make("CartPole-v1"), _ListSender(), None, epsilon=0.1
         )
+
+
+def test_a_list_of_per_env_adders_is_refused_with_what_to_pass(make_config):
+    config = _config(make_config, CASES[1])
+    builder = R2D2Builder(config)
+    adders = [builder.make_adder(print) for _ in range(3)]
+    with pytest.raises(TypeError, match="make_vector_adder.*got a list of 3"):
+        builder.make_vector_actor(NumpyNetwork(config, _weights(config)), adders, (0, 0, 0))
+
+
+def test_an_adder_of_another_number_of_envs_is_refused(make_config):
+    config = _config(make_config, CASES[1])
+    builder = R2D2Builder(config)
+    adder = builder.make_vector_adder([print, print])
+    with pytest.raises(ValueError, match="the adder records 2 envs, got 3 epsilons"):
+        builder.make_vector_actor(NumpyNetwork(config, _weights(config)), adder, (0, 0, 0))
+
+
+def test_set_epsilons_checks_the_count_and_the_range(make_config):
+    config = _config(make_config, CASES[1])
+    builder = R2D2Builder(config)
+    actor = builder.make_vector_actor(NumpyNetwork(config, _weights(config)), None, (0, 0))
+    actor.set_epsilons([0.5, 1.0])
+    assert actor.epsilons == (0.5, 1.0)
+    with pytest.raises(ValueError, match="one epsilon per env: 2 envs, got 3"):
+        actor.set_epsilons([0.1, 0.1, 0.1])
+    with pytest.raises(ValueError, match="epsilon must be in \\[0, 1\\], got 1.5"):
+        actor.set_epsilons([0.1, 1.5])
+    assert actor.epsilons == (0.5, 1.0)
+
+
+def test_observe_all_needs_select_actions_before_it(make_config):
+    config = _config(make_config, CASES[1])
+    builder = R2D2Builder(config)
+    actor = builder.make_vector_actor(NumpyNetwork(config, _weights(config)), None, (0, 0))
+    for j in range(2):
+        actor.observe_first(j, np.zeros(config.input_shape))
+    with pytest.raises(RuntimeError, match="needs a select_actions"):
+        actor.observe_all([0, 0], [0.0, 0.0], [np.zeros(config.input_shape)] * 2, [0, 0], [0, 0])
 
 
 def test_envs_per_actor_is_validated(make_config):
@@ -462,7 +564,7 @@ def test_an_async_vector_env_records_what_a_list_of_envs_records(make_config):
         records: list[list[SequenceRecord]] = [[] for _ in range(n)]
         actor = builder.make_vector_actor(
             NumpyNetwork(config, weights),
-            [builder.make_adder(records[j].append) for j in range(n)],
+            builder.make_vector_adder([records[j].append for j in range(n)]),
             case.epsilons,
             seeds,
         )

@@ -4,8 +4,8 @@ Kapturowski et al. (2019, Fig. 1) for an `R2D2Manager` run.
 The manager's episodes are played in its actor processes, the network that is measured
 lives in the learner process. The callback bridges them through files in its directory:
 
-* each actor wraps every env's adder with an `EpisodeRecorder` when it begins (one
-  recorder per env with `envs_per_actor` > 1) and writes the episodes they keep to
+* each actor taps every env with an `EpisodeRecorder` when it begins (one recorder per
+  env with `envs_per_actor` > 1, in `R2D2VectorActor.taps`) and writes the episodes they keep to
   `DIR/state_discrepancy_episodes/actor-<i>.npz` (`write_episodes`: atomic; the file is
   rewritten with the kept episodes at most every `write_seconds` and when the actor
   ends);
@@ -179,11 +179,13 @@ class StateDiscrepancyCallback(R2D2Callback):
     # Actors --------------------------------------------------------------------------
 
     def on_r2d2_actor_begin(self, actor_index: int, runner: Any) -> None:
-        """Puts an `EpisodeRecorder` in front of each env's adder."""
+        """Taps each env with an `EpisodeRecorder` (`R2D2VectorActor.taps`: each env's
+        calls as its own adder would get them, besides the actor's adder)."""
         self._recorders = []
-        for actor in runner.actor.actors:  # one R2D2Actor per env
-            recorder = EpisodeRecorder(actor.adder, self.keep, self.every)
-            actor.adder = recorder
+        taps = runner.actor.taps  # one per env, beside the actor's adder
+        for env, tap in enumerate(taps):
+            recorder = EpisodeRecorder(tap, self.keep, self.every)
+            taps[env] = recorder
             self._recorders.append(recorder)
         self._written = tuple(0 for _ in self._recorders)
         self._last_write = None

@@ -27,7 +27,7 @@ from r2d2_agent.math import annealed_epsilon
 from r2d2_agent.networks.weights_io import split_published
 from r2d2_agent.replay.adder import SequenceRecord
 from r2d2_agent.roles.builder import R2D2Builder
-from r2d2_agent.roles.episode_loop import EpisodeResult, Transition
+from r2d2_agent.roles.episode_loop import EpisodeResult
 from r2d2_agent.roles.hooks import MetricLogger, bind_metric_logger, call_hooks
 from r2d2_agent.roles.vector_loop import VectorEpisodeLoop, VectorObserver, as_env_batch
 
@@ -126,10 +126,10 @@ class ActorRunner(VectorObserver):
         self.callbacks = tuple(callbacks)
         self.stream = stream
         self.liveness = liveness or Liveness()
-        adders = [builder.make_adder(functools.partial(self._collect, j)) for j in range(n)]
+        adder = builder.make_vector_adder([functools.partial(self._collect, j) for j in range(n)])
         self.final_epsilons = tuple(float(e) for e in epsilons)
         self.actor = builder.make_vector_actor(
-            builder.make_policy(), adders, self.final_epsilons, self.env_seeds
+            builder.make_policy(), adder, self.final_epsilons, self.env_seeds
         )
         self._episode_env = 0  # the env whose episode ended last (for `epsilon`)
         self.steps = int(initial_steps)
@@ -150,6 +150,8 @@ class ActorRunner(VectorObserver):
         self._steps_since_sync = 0
         self._refused = False  # the sender refused: the run is stopping
         self._episode_ended = False  # an env's episode ended in this step
+        self._loop_start_steps = self.steps  # at the start of the episode loop's run
+        self._step_start_steps = self.steps  # at the start of the current step
 
     @property
     def policy(self) -> Any:
@@ -169,7 +171,7 @@ class ActorRunner(VectorObserver):
     @property
     def epsilon(self) -> float:
         """The exploration rate of the env whose episode ended last (env 0 before any)."""
-        return float(self.actor.actors[self._episode_env].epsilon)
+        return self.actor.epsilons[self._episode_env]
 
     @property
     def epsilons(self) -> tuple[float, ...]:
@@ -190,6 +192,7 @@ class ActorRunner(VectorObserver):
         with self.time.measure("waiting_for_weights"):
             started = self._wait_for_first_weights(should_stop)
         if started:
+            self._loop_start_steps = self.steps
             loop = VectorEpisodeLoop(self.envs, self.actor, observers=[self], seeds=self.env_seeds)
             loop.run(should_stop=should_stop)
             if not self._refused:
@@ -201,17 +204,14 @@ class ActorRunner(VectorObserver):
     # VectorObserver hooks ----------------------------------------------------------
 
     def on_step_begin(self) -> None:
+        self._step_start_steps = self.steps
         if self._steps_since_sync >= self.config.actor_sync_interval:
             with self.time.measure("weights"):
                 self._pull_weights()
             self._steps_since_sync = 0
 
-    def on_env_step_end(self, env: int, episode_step: int, transition: Transition) -> None:
-        self.steps += 1
-        self._steps_unsent += 1
-        self._steps_since_sync += 1
-
     def on_env_episode_end(self, env: int, result: EpisodeResult) -> None:
+        self._count_steps(self._loop_start_steps + result.total_steps)
         self.episodes += 1
         self._anneal_epsilon()
         self._episode_env = env
@@ -224,6 +224,7 @@ class ActorRunner(VectorObserver):
         self._episode_ended = True
 
     def on_step_end(self) -> None:
+        self._count_steps(self._step_start_steps + self.num_envs)
         self.liveness.beat()
         self._anneal_epsilon()
         if self.progress is not None:
@@ -237,12 +238,24 @@ class ActorRunner(VectorObserver):
     def should_stop(self) -> bool:
         return self._refused
 
+    def _count_steps(self, total: int) -> None:
+        """Brings the env step counts up to `total` (this actor's env steps so far): the
+        loop reports them at episode ends (its `total_steps`) and after each step."""
+        new = total - self.steps
+        self.steps = total
+        self._steps_unsent += new
+        self._steps_since_sync += new
+
     def _anneal_epsilon(self) -> None:
         config = self.config
-        for actor, final in zip(self.actor.actors, self.final_epsilons, strict=True):
-            actor.epsilon = annealed_epsilon(
-                config.epsilon_start, final, config.epsilon_anneal_steps, self.steps
-            )
+        self.actor.set_epsilons(
+            [
+                annealed_epsilon(
+                    config.epsilon_start, final, config.epsilon_anneal_steps, self.steps
+                )
+                for final in self.final_epsilons
+            ]
+        )
 
     # Experience out, weights in ------------------------------------------------------
 

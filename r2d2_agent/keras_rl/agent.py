@@ -31,7 +31,6 @@ from r2d2_agent.envs.gymnasium_env import GymnasiumEnv, as_keras_rl_env
 from r2d2_agent.image_models import ImageModel
 from r2d2_agent.math import annealed_epsilon, apex_epsilon
 from r2d2_agent.replay.sizing import check_replay_fits
-from r2d2_agent.roles.actor import R2D2VectorActor
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeObserver, EpisodeResult, Transition
 from r2d2_agent.roles.learner import METRIC_NAMES
@@ -42,6 +41,7 @@ from r2d2_agent.roles.prediction import (
     recurrent_step,
 )
 from r2d2_agent.roles.state_discrepancy import EpisodeRecorder, StateDiscrepancy
+from r2d2_agent.roles.vector_actor import R2D2VectorActor
 from r2d2_agent.roles.vector_loop import (
     EnvBatch,
     EnvList,
@@ -281,10 +281,14 @@ class R2D2Agent(rl_core.Agent):
         """Each env's rate at the agent's env step (all N envs), with
         `config.epsilon_start` on the ramp to its final rate."""
         config = self.config
-        for actor, final in zip(self._vector_actor.actors, self.vector_epsilons, strict=True):
-            actor.epsilon = annealed_epsilon(
-                config.epsilon_start, final, config.epsilon_anneal_steps, self.step
-            )
+        self._vector_actor.set_epsilons(
+            [
+                annealed_epsilon(
+                    config.epsilon_start, final, config.epsilon_anneal_steps, self.step
+                )
+                for final in self.vector_epsilons
+            ]
+        )
 
     def _make_vector_actor(self) -> R2D2VectorActor:
         """The actor of `fit`'s N envs, made once: it shares the acting policy (so
@@ -293,10 +297,10 @@ class R2D2Agent(rl_core.Agent):
         if self._vector_actor is None:
             n = self.config.envs_per_actor
             seed = self.config.seed
-            adders = [self.builder.make_adder(_StreamSink(self, j + 1)) for j in range(n)]
+            adder = self.builder.make_vector_adder([_StreamSink(self, j + 1) for j in range(n)])
             self._vector_actor = self.builder.make_vector_actor(
                 self.actor.policy,
-                adders,
+                adder,
                 self.vector_epsilons,
                 [None if seed is None else seed + j for j in range(n)],
             )

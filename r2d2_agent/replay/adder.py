@@ -35,6 +35,7 @@ from r2d2_agent.math import (
     reward_scale,
 )
 from r2d2_agent.replay.layout import SequenceLayout
+from r2d2_agent.replay.window_fields import WindowFields
 
 __all__ = ["FRAME_ID_MODULUS", "SequenceAdder", "SequenceRecord", "Sink"]
 
@@ -180,10 +181,7 @@ class SequenceAdder:
         self._no_frames = np.full(ids_shape, -1, ids_dtype)
         self._zeros = [0] * layout.input_length
         self._gamma_powers = [self._gamma**i for i in range(layout.multisteps)]
-        self._bootstrap_cache: dict[
-            tuple[int, bool], tuple[list[int], list[float], np.ndarray, np.ndarray, np.ndarray]
-        ] = {}
-        self._mask_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._windows = WindowFields(layout, self._gamma)
 
     @property
     def buffer_length(self) -> int:
@@ -343,7 +341,7 @@ class SequenceAdder:
         seg_end = start + length + n - 1 if end is None else min(start + length + n - 1, end)
         size = seg_end - start
         real = min(length, size)
-        k, disc, discounts, bootstrap_index, mask = self._bootstrap(
+        k, disc, discounts, bootstrap_index, mask = self._windows.bootstrap(
             size, end is not None and seg_end == end and terminated
         )
         window = list(islice(steps, start - base, seg_end - base + 1))  # s_start .. s_seg_end
@@ -399,7 +397,7 @@ class SequenceAdder:
             ids = self._arange[lo:hi] + first_id  # ids >= 0: the modulo only when it wraps
             frame_ids[lo:hi] = ids if first_id + hi <= FRAME_ID_MODULUS else ids % FRAME_ID_MODULUS
         seq["frame_ids"] = frame_ids
-        obs_mask, burnin_mask = self._masks(
+        obs_mask, burnin_mask = self._windows.masks(
             max(b - start, 0), min(max(last - start + b + 1, 0), layout.sequence_length)
         )
         seq["obs_mask"] = obs_mask.copy()
@@ -412,48 +410,6 @@ class SequenceAdder:
         seq["mask"] = mask.copy()
         newest = self._episode_first_id + min(start + length + n - 1, last)
         self._sink(self._record(seq, float(priority), newest, new_count, new_sum_square))
-
-    def _bootstrap(
-        self, size: int, terminal: bool
-    ) -> tuple[list[int], list[float], np.ndarray, np.ndarray, np.ndarray]:
-        """`n_step_returns`' bootstrap offsets `k` and discounts of a segment of `size`
-        steps (`terminal`: it ends in a termination), and the window's
-        `bootstrap_discount`, `bootstrap_index` and `mask` fields; computed once per
-        `(size, terminal)` (read only)."""
-        cached = self._bootstrap_cache.get((size, terminal))
-        if cached is None:
-            layout = self.layout
-            length, n = layout.input_length, layout.multisteps
-            offsets = np.arange(size, dtype=np.int64)
-            k = np.minimum(n, size - offsets)
-            disc = np.power(self._gamma, k).astype(np.float64)
-            if terminal:
-                disc[offsets + k == size] = 0.0
-            real = min(length, size)
-            boot = np.arange(length, dtype=np.int64)
-            boot[:real] += k[:real]
-            spec = self._spec
-            discounts = np.zeros(*spec["bootstrap_discount"])
-            discounts[:real] = disc[:real]
-            bootstrap_index = np.zeros(*spec["bootstrap_index"])
-            bootstrap_index[:] = boot
-            mask = np.zeros(*spec["mask"])
-            mask[:real] = 1.0
-            cached = (k.tolist(), disc.tolist(), discounts, bootstrap_index, mask)
-            self._bootstrap_cache[size, terminal] = cached
-        return cached
-
-    def _masks(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """The `obs_mask` (1 on observations `lo .. hi-1`) and `burnin_mask` (1 from `lo`
-        on) fields; computed once per `(lo, hi)` (read only)."""
-        cached = self._mask_cache.get((lo, hi))
-        if cached is None:
-            obs_mask = np.zeros(*self._spec["obs_mask"])
-            obs_mask[lo:hi] = 1.0
-            burnin_mask = np.zeros(*self._spec["burnin_mask"])
-            burnin_mask[lo:] = 1.0
-            cached = self._mask_cache[lo, hi] = (obs_mask, burnin_mask)
-        return cached
 
     def _take_new_rewards(self) -> tuple[int, float]:
         """The moments of the rewards added since the last record (zeroed), merged into

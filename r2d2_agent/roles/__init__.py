@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from r2d2_agent.roles.actor import R2D2Actor, R2D2VectorActor
+from r2d2_agent.roles.actor import R2D2Actor
 from r2d2_agent.roles.builder import R2D2Builder, resolve_use_numpy
 from r2d2_agent.roles.episode_loop import (
     EpisodeLoop,
@@ -35,6 +35,7 @@ from r2d2_agent.roles.state_discrepancy import (
     RecordedEpisode,
     StateDiscrepancy,
 )
+from r2d2_agent.roles.vector_actor import R2D2VectorActor
 from r2d2_agent.roles.vector_loop import (
     EnvList,
     GymVectorEnvBatch,

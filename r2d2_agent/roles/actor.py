@@ -1,5 +1,5 @@
-"""`R2D2Actor`: epsilon-greedy acting with a carried recurrent state, feeding an adder;
-`R2D2VectorActor`: several of them, one per env, acting with one batched forward pass.
+"""`R2D2Actor`: epsilon-greedy acting with a carried recurrent state, feeding an adder
+(`R2D2VectorActor`, in `roles.vector_actor`, acts in N envs at once).
 
 The actor does not know where its weights come from or where its sequences go: it takes
 weights through `set_weights` and hands transitions to a `SequenceAdder` whose sink may be
@@ -10,7 +10,6 @@ a local learner or a channel to a learner process. It follows Acme's actor contr
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ from r2d2_agent.config import R2D2Config
 from r2d2_agent.networks.policies import Policy
 from r2d2_agent.replay.adder import SequenceAdder
 
-__all__ = ["R2D2Actor", "R2D2VectorActor"]
+__all__ = ["R2D2Actor"]
 
 
 class R2D2Actor:
@@ -212,111 +211,3 @@ class R2D2Actor:
         self.episode_started = False
         if self.adder is not None:
             self.adder.reset()
-
-
-class R2D2VectorActor:
-    """Acts in N envs at once: one `R2D2Actor` per env, one batched policy step for all.
-
-    Each env keeps what a single-env actor keeps (its frame stack, recurrent state,
-    previous action and reward, adder, exploration rate and random generator), so env `j`
-    acts exactly as an `R2D2Actor` built with `epsilons[j]` and `seeds[j]` would; only
-    the forward pass is shared: `select_actions` stacks the N inputs into one batch.
-
-    Args:
-        config: The agent's configuration.
-        policy: The Q-network all envs act with (`R2D2Builder.make_policy`).
-        adders: One adder per env (None entries, or None for all: play only).
-        epsilons: Exploration rate of each env (e.g. its Ape-X epsilon_i), in [0, 1].
-        seeds: Seed of each env's exploration randomness (None: all unseeded).
-
-    Raises:
-        ValueError: If the lengths disagree, there is no env, or a rate is outside [0, 1].
-    """
-
-    def __init__(
-        self,
-        config: R2D2Config,
-        policy: Policy,
-        adders: Sequence[SequenceAdder | None] | None,
-        epsilons: Sequence[float],
-        seeds: Sequence[int | None] | None = None,
-    ) -> None:
-        n = len(epsilons)
-        if n < 1:
-            raise ValueError("R2D2VectorActor needs at least one env (one epsilon per env)")
-        adders = [None] * n if adders is None else list(adders)
-        seeds = [None] * n if seeds is None else list(seeds)
-        if len(adders) != n or len(seeds) != n:
-            raise ValueError(
-                f"one adder, epsilon and seed per env: got {len(adders)} adders, "
-                f"{n} epsilons and {len(seeds)} seeds"
-            )
-        self.config = config
-        self.policy = policy
-        self.actors = [
-            R2D2Actor(config, policy, adder, epsilon, seed)
-            for adder, epsilon, seed in zip(adders, epsilons, seeds, strict=True)
-        ]
-
-    @property
-    def num_envs(self) -> int:
-        """Number of envs (N)."""
-        return len(self.actors)
-
-    @property
-    def epsilons(self) -> tuple[float, ...]:
-        """Each env's exploration rate."""
-        return tuple(actor.epsilon for actor in self.actors)
-
-    def observe_first(self, env: int, observation: Any) -> None:
-        """Starts an episode of env `env` at its first observation."""
-        self.actors[env].observe_first(observation)
-
-    def select_actions(self) -> np.ndarray:
-        """ε-greedy actions of all envs from one batched policy step, shape `(N,)`.
-
-        Raises:
-            RuntimeError: If an env has no episode started.
-        """
-        actors = self.actors
-        for actor in actors:
-            if not actor.episode_started:
-                raise RuntimeError("call observe_first(observation) before select_action()")
-        # np.stack's batch of each env's `policy_inputs()`, built in one call per input
-        stacked = np.array([tuple(actor._frames) for actor in actors])
-        state = np.array([actor._state[0] for actor in actors])
-        if self.config.enable_prev_action_reward:
-            q, next_state = self.policy.step(
-                stacked,
-                state,
-                np.array([actor._prev_action for actor in actors], np.int32),
-                np.array([actor._prev_reward_input() for actor in actors], np.float32),
-            )
-        else:
-            q, next_state = self.policy.step(stacked, state)
-        greedy = np.argmax(q, axis=-1).tolist()
-        return np.array(
-            [actor.act_on(q[j], next_state[j], greedy[j]) for j, actor in enumerate(actors)],
-            dtype=np.int64,
-        )
-
-    def observe(
-        self,
-        env: int,
-        action: int,
-        reward: float,
-        next_observation: Any,
-        terminated: bool,
-        truncated: bool,
-    ) -> None:
-        """Records the transition of env `env` that followed `select_actions`."""
-        self.actors[env].observe(action, reward, next_observation, terminated, truncated)
-
-    def set_weights(self, weights: list[np.ndarray]) -> None:
-        """Takes new network weights (Keras `get_weights()` order), for all envs."""
-        self.policy.set_weights(weights)
-
-    def reset_state(self) -> None:
-        """Forgets every env's episode (frames, recurrent state, partial sequences)."""
-        for actor in self.actors:
-            actor.reset_state()

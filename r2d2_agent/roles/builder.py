@@ -23,10 +23,13 @@ from r2d2_agent.math import apex_epsilon
 from r2d2_agent.networks.numpy_net import NumpyNetwork, supports_numpy
 from r2d2_agent.networks.policies import KerasPolicy, Policy
 from r2d2_agent.replay.adder import SequenceAdder, Sink
+from r2d2_agent.replay.env_adders import PerEnvAdders, VectorAdder, make_env_adders
 from r2d2_agent.replay.layout import SequenceLayout
 from r2d2_agent.replay.sequence_replay import SequenceReplay
 from r2d2_agent.replay.sizing import storage_dtype
-from r2d2_agent.roles.actor import R2D2Actor, R2D2VectorActor
+from r2d2_agent.replay.vector_adder import VectorSequenceAdder
+from r2d2_agent.roles.actor import R2D2Actor
+from r2d2_agent.roles.vector_actor import R2D2VectorActor
 
 if TYPE_CHECKING:
     from r2d2_agent.roles.learner import R2D2Learner
@@ -105,15 +108,33 @@ class R2D2Builder:
 
     def make_adder(self, sink: Sink) -> SequenceAdder:
         """A `SequenceAdder` shaped by the config that hands sequences to `sink`."""
-        return SequenceAdder(
-            sink,
-            self.layout,
-            gamma=self.config.gamma,
-            priority_eta=self.config.priority_eta,
-            rescaling=self.config.enable_rescaling,
-            double_q=self.config.enable_double_dqn,
-            normalize_rewards=self.config.normalize_rewards,
-        )
+        return SequenceAdder(sink, self.layout, **self._adder_options())
+
+    def make_vector_adder(
+        self, sinks: Sequence[Sink], batched: bool | None = None
+    ) -> PerEnvAdders | VectorSequenceAdder:
+        """The adder of `len(sinks)` envs shaped by the config, env `j`'s sequences going
+        to `sinks[j]` (what `make_adder(sinks[j])` would emit).
+
+        Args:
+            sinks: One sink per env.
+            batched: Keep the envs in arrays (`VectorSequenceAdder`) or give each its
+                `SequenceAdder` (`PerEnvAdders`); None: the faster for this many envs
+                (`replay.env_adders.make_env_adders`).
+        """
+        return make_env_adders(sinks, self.layout, batched=batched, **self._adder_options())
+
+    def _adder_options(self) -> dict[str, Any]:
+        """The config's settings both adders take (discount, priority mixing, rescaling,
+        double Q, reward normalisation)."""
+        config = self.config
+        return {
+            "gamma": config.gamma,
+            "priority_eta": config.priority_eta,
+            "rescaling": config.enable_rescaling,
+            "double_q": config.enable_double_dqn,
+            "normalize_rewards": config.normalize_rewards,
+        }
 
     def make_actor(
         self, policy: Policy, adder: SequenceAdder | None, epsilon: float, seed: int | None
@@ -131,7 +152,7 @@ class R2D2Builder:
     def make_vector_actor(
         self,
         policy: Policy,
-        adders: Sequence[SequenceAdder | None] | None,
+        adder: VectorAdder | None,
         epsilons: Sequence[float],
         seeds: Sequence[int | None] | None = None,
     ) -> R2D2VectorActor:
@@ -139,11 +160,11 @@ class R2D2Builder:
 
         Args:
             policy: The acting network (`make_policy`), shared by the envs.
-            adders: One adder per env (`make_adder`); None for evaluation.
+            adder: The envs' adder (`make_vector_adder`); None for evaluation.
             epsilons: Each env's exploration rate.
             seeds: Seed of each env's exploration randomness.
         """
-        return R2D2VectorActor(self.config, policy, adders, epsilons, seeds)
+        return R2D2VectorActor(self.config, policy, adder, epsilons, seeds)
 
     def make_replay(self) -> SequenceReplay:
         """An empty prioritized replay of `config.memory_capacity` sequences."""

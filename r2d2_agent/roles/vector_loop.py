@@ -2,7 +2,7 @@
 
 Where `EpisodeLoop` runs one env, this loop runs an `EnvBatch` of N envs side by side: per
 step it asks the actor (`R2D2VectorActor`) for all N actions at once, steps every env,
-and hands each env's transition to the actor separately. Every env keeps its own episode:
+and hands the N transitions to the actor at once. Every env keeps its own episode:
 `terminated` and `truncated` stay apart per env, and an env whose episode ends is reset
 alone while the others go on. Env `j` therefore plays exactly the episodes a single-env
 actor with the same seed and exploration rate would (`tests/test_vector_actor.py`).
@@ -226,30 +226,39 @@ class VectorLoopActor(Protocol):
         """All N actions, from one batched forward pass."""
         ...
 
-    def observe(
+    def observe_all(
         self,
-        env: int,
-        action: int,
-        reward: float,
-        next_observation: Any,
-        terminated: bool,
-        truncated: bool,
+        actions: Sequence[int],
+        rewards: Sequence[float],
+        next_observations: Sequence[Any],
+        terminated: Sequence[bool],
+        truncated: Sequence[bool],
     ) -> None:
-        """Records env `env`'s transition."""
+        """Records the N envs' transitions of one step."""
         ...
 
 
 class VectorObserver:
-    """Hooks `VectorEpisodeLoop` calls; override the ones you need."""
+    """Hooks `VectorEpisodeLoop` calls; override the ones you need.
+
+    Per step of the N envs: `on_step_begin`; the actor chooses and observes all N
+    transitions; then for each env in order `on_env_step_end` and, if its episode ended,
+    `on_env_episode_end`; then `on_step_end`. `on_env_step_end` is the one hook called
+    for every single env step: when no observer has it, the loop does a step's
+    bookkeeping with array operations and makes no per-env `Transition` (an actor
+    process's runner counts its env steps at episode ends and step ends instead).
+    """
 
     def on_step_begin(self) -> None:
         """Before the actor chooses the N actions of a step."""
 
     def on_env_step_end(self, env: int, episode_step: int, transition: Transition) -> None:
-        """After the actor observed env `env`'s transition."""
+        """After the actor observed the N transitions of a step, for env `env`'s."""
 
     def on_env_episode_end(self, env: int, result: EpisodeResult) -> None:
-        """After the last step of one of env `env`'s episodes (before it is reset)."""
+        """After the last step of one of env `env`'s episodes (before it is reset);
+        `result.total_steps` counts the run's env steps up to and including this env's
+        step (envs 0 .. `env` of the current step)."""
 
     def on_step_end(self) -> None:
         """After all N transitions of a step were observed and ended envs reset."""
@@ -285,6 +294,9 @@ class VectorEpisodeLoop:
             raise ValueError(f"one seed per env: {n} envs, got {len(self.seeds)} seeds")
         self.actor = actor
         self.observers = tuple(observers)
+        self._returns = np.zeros(n, np.float64)  # of each env's episode so far
+        self._episode_steps = np.zeros(n, np.int64)
+        self._episodes = 0  # finished in this run
 
     def run(
         self, *, nb_steps: int | None = None, should_stop: Callable[[], bool] | None = None
@@ -306,7 +318,7 @@ class VectorEpisodeLoop:
             raise ValueError(f"nb_steps must be >= 1, got {nb_steps}")
         batch, actor, observers = self.envs, self.actor, self.observers
         n = batch.num_envs
-        steps = episodes = 0
+        steps = 0  # env steps of this run, all envs
 
         def stop() -> bool:
             return limit_reached(steps, nb_steps, should_stop, self.observers)
@@ -315,48 +327,73 @@ class VectorEpisodeLoop:
             return LoopTotals(steps=0, episodes=0)
         for j, observation in enumerate(batch.reset(range(n), self.seeds)):
             actor.observe_first(j, observation)
-        returns = [0.0] * n
-        episode_steps = [0] * n
+        # Without an observer of single env steps, a step's bookkeeping is array work;
+        # the hooks and their order are the same either way.
+        per_env = any(_overrides(observer, "on_env_step_end") for observer in observers)
+        self._returns = np.zeros(n, np.float64)
+        self._episode_steps = np.zeros(n, np.int64)
+        self._episodes = 0
         while not stop():
             self._notify("on_step_begin")
             actions = actor.select_actions()
             out = batch.step(actions)
-            ended = []
             # the N envs' fields as Python scalars, converted once per step
             step_actions = [int(a) for a in np.asarray(actions).tolist()]
             rewards = [float(r) for r in np.asarray(out.rewards).tolist()]
             terminated = [bool(t) for t in np.asarray(out.terminated).tolist()]
             truncated = [bool(t) for t in np.asarray(out.truncated).tolist()]
-            for j in range(n):
-                action, reward, observation = step_actions[j], rewards[j], out.observations[j]
-                term, trunc = terminated[j], truncated[j]
-                transition = Transition(action, reward, observation, term, trunc, out.infos[j])
-                actor.observe(j, action, reward, observation, term, trunc)
-                steps += 1
-                returns[j] += reward
-                episode_steps[j] += 1
-                for observer in observers:
-                    observer.on_env_step_end(j, episode_steps[j] - 1, transition)
-                if term or trunc:
-                    result = EpisodeResult(
-                        episode=episodes,
-                        episode_return=returns[j],
-                        episode_steps=episode_steps[j],
-                        total_steps=steps,
-                        terminated=term,
+            actor.observe_all(step_actions, rewards, out.observations, terminated, truncated)
+            self._returns += np.asarray(out.rewards, np.float64)  # the floats of `rewards`
+            self._episode_steps += 1
+            if per_env:
+                ended = []
+                for j in range(n):
+                    transition = Transition(
+                        step_actions[j],
+                        rewards[j],
+                        out.observations[j],
+                        terminated[j],
+                        truncated[j],
+                        out.infos[j],
                     )
-                    self._notify("on_env_episode_end", j, result)
-                    episodes += 1
-                    returns[j], episode_steps[j] = 0.0, 0
-                    ended.append(j)
+                    for observer in observers:
+                        observer.on_env_step_end(j, int(self._episode_steps[j]) - 1, transition)
+                    if terminated[j] or truncated[j]:
+                        self._end_episode(j, steps + j + 1, terminated[j])
+                        ended.append(j)
+            else:
+                ended = [j for j in range(n) if terminated[j] or truncated[j]]
+                for j in ended:
+                    self._end_episode(j, steps + j + 1, terminated[j])
+            steps += n
             if ended:
                 for j, observation in zip(
                     ended, batch.reset(ended, [None] * len(ended)), strict=True
                 ):
                     actor.observe_first(j, observation)
             self._notify("on_step_end")
-        return LoopTotals(steps=steps, episodes=episodes)
+        return LoopTotals(steps=steps, episodes=self._episodes)
+
+    def _end_episode(self, env: int, total_steps: int, terminated: bool) -> None:
+        """Reports env `env`'s finished episode (`total_steps`: the run's env steps up to
+        and including this env's step) and starts its counts afresh."""
+        result = EpisodeResult(
+            episode=self._episodes,
+            episode_return=float(self._returns[env]),
+            episode_steps=int(self._episode_steps[env]),
+            total_steps=total_steps,
+            terminated=terminated,
+        )
+        self._notify("on_env_episode_end", env, result)
+        self._episodes += 1
+        self._returns[env], self._episode_steps[env] = 0.0, 0
 
     def _notify(self, hook: str, *args: Any) -> None:
         for observer in self.observers:
             getattr(observer, hook)(*args)
+
+
+def _overrides(observer: Any, hook: str) -> bool:
+    """Whether `observer` has its own `hook` (not `VectorObserver`'s no-op)."""
+    default = getattr(VectorObserver, hook)
+    return getattr(type(observer), hook, default) is not default
