@@ -214,6 +214,35 @@ def test_bad_input_is_refused_with_the_value(overrides: dict, match: str) -> Non
         _step(adder, **overrides)
 
 
+def test_a_refused_step_leaves_the_adder_as_it_was() -> None:
+    """A step refused for its `next_q_values` changes nothing: the records afterwards are
+    those of an adder that never saw it."""
+    outputs = []
+    for refuse in (False, True):
+        records: list[SequenceRecord] = []
+        adder = VectorSequenceAdder(
+            [records.append], _layout(Case("x")), gamma=0.9, priority_eta=0.9, rescaling=True
+        )
+        adder.add_first(0, np.zeros(2))
+        rng = np.random.default_rng(0)
+        for t in range(12):
+            step = dict(
+                actions=np.array([t % 3]),
+                rewards=rng.normal(size=1),
+                next_frames=rng.normal(size=(1, 2)).astype(np.float32),
+                terminated=np.array([t == 11]),
+                truncated=np.zeros(1, bool),
+                states=rng.normal(size=(1, 2, 3)).astype(np.float32),
+                q_values=rng.normal(size=(1, 3)),
+            )
+            if refuse and t == 5:
+                with pytest.raises(ValueError, match="episode ends at this step"):
+                    adder.add(**step, next_q_values={0: np.zeros(3)})
+            adder.add(**step)
+        outputs.append(records)
+    _assert_same(outputs[1], outputs[0])
+
+
 def test_the_number_of_actions_stays_what_the_first_step_had() -> None:
     adder = _adder()
     for j in range(2):

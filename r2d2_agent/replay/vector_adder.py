@@ -251,6 +251,14 @@ class VectorSequenceAdder:
         reward = np.asarray(rewards, dtype=np.float64)
         term = np.asarray(terminated, dtype=bool)
         ended = term | np.asarray(truncated, dtype=bool)
+        next_q_values = next_q_values or {}
+        for j in next_q_values:
+            if not 0 <= j < n or not ended[j]:
+                raise ValueError(
+                    f"next_q_values are for envs whose episode ends at this step, got env {j!r}"
+                )
+        next_q = {j: self._checked_q(np.asarray(q_j)[None]) for j, q_j in next_q_values.items()}
+        # nothing was changed before this line: a refused step leaves the adder as it was
         ring, rows = self._ring, self._rows
         last = self._adds - self._episode_start
         now = last % ring
@@ -263,17 +271,10 @@ class VectorSequenceAdder:
         self._frames[rows, after] = frames
         self._new_sum_square += reward * reward
         ended_envs = np.flatnonzero(ended).tolist()
-        next_q_values = next_q_values or {}
-        for j in next_q_values:
-            if not 0 <= j < n or not ended[j]:
-                raise ValueError(
-                    f"next_q_values are for envs whose episode ends at this step, got env {j!r}"
-                )
         for j in ended_envs:  # Q(s_E): given, or Q(s_t) stands in for it
-            if j in next_q_values:
-                next_q = self._checked_q(np.asarray(next_q_values[j])[None])[0]
-                self._q[j, after[j]] = next_q
-                self._boot[j, after[j]] = self._boot_values(next_q[None])[0]
+            if j in next_q:
+                self._q[j, after[j]] = next_q[j][0]
+                self._boot[j, after[j]] = self._boot_values(next_q[j])[0]
             else:
                 self._q[j, after[j]] = q[j]
                 self._boot[j, after[j]] = self._boot[j, now[j]]
@@ -296,9 +297,8 @@ class VectorSequenceAdder:
             last, start = int(lasts[j]), int(self._next_start[j])
             if ended[j]:  # all windows with a real step, padded
                 while start < last:
-                    windows.add(j, start, last, min(full, last - start), False)
-                    if terminated[j] and start + full >= last:
-                        windows.keys[-1] = (windows.keys[-1][0], True)
+                    terminal = terminated[j] and start + full >= last
+                    windows.add(j, start, last, min(full, last - start), terminal)
                     start += period
             else:
                 while start + full <= last - 1:
