@@ -24,7 +24,7 @@ from r2d2_agent.replay.adder import SequenceAdder, Sink
 from r2d2_agent.replay.layout import SequenceLayout
 from r2d2_agent.replay.vector_adder import VectorSequenceAdder
 
-__all__ = ["BATCHED_FROM_ENVS", "PerEnvAdders", "VectorAdder", "make_env_adders"]
+__all__ = ["BATCHED_FROM_ENVS", "PerEnvAdders", "VectorAdder", "add_env_step", "make_env_adders"]
 
 BATCHED_FROM_ENVS = 32
 """Envs per actor from which `make_env_adders` keeps them in arrays."""
@@ -101,18 +101,35 @@ class PerEnvAdders:
         n = self.num_envs
         if len(actions) != n:
             raise ValueError(f"actions must be {n} integers, got {actions!r}")
-        next_q_values = next_q_values or {}
+        step = (actions, rewards, next_frames, terminated, truncated, states, q_values)
         for j, adder in enumerate(self.adders):
-            adder.add(
-                int(actions[j]),
-                float(rewards[j]),
-                next_frames[j],
-                bool(terminated[j]),
-                bool(truncated[j]),
-                None if states is None else states[j],
-                q_values[j],
-                next_q_values.get(j),
-            )
+            add_env_step(adder, j, *step, next_q_values or {})
+
+
+def add_env_step(
+    adder: Any,
+    env: int,
+    actions: Sequence[int] | np.ndarray,
+    rewards: Sequence[float] | np.ndarray,
+    next_frames: Sequence[np.ndarray] | np.ndarray,
+    terminated: Sequence[bool] | np.ndarray,
+    truncated: Sequence[bool] | np.ndarray,
+    states: np.ndarray | None,
+    q_values: np.ndarray,
+    next_q_values: dict[int, np.ndarray],
+) -> None:
+    """Hands env `env`'s transition of a step of N envs (`VectorAdder.add`'s arguments)
+    to a single env's adder (`SequenceAdder.add`)."""
+    adder.add(
+        int(actions[env]),
+        float(rewards[env]),
+        next_frames[env],
+        bool(terminated[env]),
+        bool(truncated[env]),
+        None if states is None else states[env],
+        q_values[env],
+        next_q_values.get(env),
+    )
 
 
 def make_env_adders(

@@ -19,7 +19,7 @@ import numpy as np
 
 from r2d2_agent.config import R2D2Config
 from r2d2_agent.networks.policies import Policy
-from r2d2_agent.replay.env_adders import VectorAdder
+from r2d2_agent.replay.env_adders import VectorAdder, add_env_step
 
 __all__ = ["R2D2VectorActor"]
 
@@ -200,19 +200,11 @@ class R2D2VectorActor:
             for j in range(self.num_envs)
             if truncated[j] and not terminated[j]
         }
+        step = (actions, rewards, frames, terminated, truncated, states, q)
         if self.adder is not None:
-            self.adder.add(actions, rewards, frames, terminated, truncated, states, q, next_q)
+            self.adder.add(*step, next_q)
         for j, tap in taps:
-            tap.add(
-                int(actions[j]),
-                float(rewards[j]),
-                frames[j],
-                bool(terminated[j]),
-                bool(truncated[j]),
-                states[j],
-                q[j],
-                next_q.get(j),
-            )
+            add_env_step(tap, j, *step, next_q)
 
     def set_weights(self, weights: list[np.ndarray]) -> None:
         """Takes new network weights (Keras `get_weights()` order), for all envs."""
