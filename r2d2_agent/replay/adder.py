@@ -35,7 +35,7 @@ from r2d2_agent.math import (
     reward_scale,
 )
 from r2d2_agent.replay.layout import SequenceLayout
-from r2d2_agent.replay.window_fields import WindowFields
+from r2d2_agent.replay.window_fields import WindowFields, check_rates
 
 __all__ = ["FRAME_ID_MODULUS", "SequenceAdder", "SequenceRecord", "Sink"]
 
@@ -153,9 +153,7 @@ class SequenceAdder:
     ) -> None:
         if not callable(sink):
             raise ValueError(f"sink must be callable, got {sink!r}")
-        for name, value in (("gamma", gamma), ("priority_eta", priority_eta)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+        check_rates(gamma, priority_eta)
         self.layout = layout
         self._spec = layout.field_spec()
         self._sink = sink
@@ -180,7 +178,6 @@ class SequenceAdder:
         ids_shape, ids_dtype = self._spec["frame_ids"]
         self._no_frames = np.full(ids_shape, -1, ids_dtype)
         self._zeros = [0] * layout.input_length
-        self._gamma_powers = [self._gamma**i for i in range(layout.multisteps)]
         self._windows = WindowFields(layout, self._gamma)
 
     @property
@@ -347,7 +344,7 @@ class SequenceAdder:
         window = list(islice(steps, start - base, seg_end - base + 1))  # s_start .. s_seg_end
         # n_step_returns: g_t = sum_{i < k_t} gamma^i r_{t+i}, added up oldest first
         rewards = [step.reward for step in window]
-        powers = self._gamma_powers
+        powers = self._windows.gamma_powers
         returns = []
         for t in range(real):
             acc = 0.0

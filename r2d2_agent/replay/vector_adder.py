@@ -23,7 +23,7 @@ import numpy as np
 from r2d2_agent.math import inverse_rescale, merge_reward_moments, rescale, reward_scale
 from r2d2_agent.replay.adder import FRAME_ID_MODULUS, SequenceRecord, Sink
 from r2d2_agent.replay.layout import SequenceLayout
-from r2d2_agent.replay.window_fields import WindowFields
+from r2d2_agent.replay.window_fields import WindowFields, check_rates
 
 __all__ = ["VectorSequenceAdder"]
 
@@ -73,8 +73,9 @@ class VectorSequenceAdder:
         gamma: Discount in `[0, 1]`.
         priority_eta: Max/mean mixing of the priority, in `[0, 1]`.
         rescaling: Whether Q-values are in the rescaled (`h`) space.
-        double_q: Double-Q bootstrap for the initial priority (with the acting Q-values as
-            both networks, the same value as without).
+        double_q: Double-Q bootstrap for the initial priority: with the acting Q-values
+            as both networks it is the same value as without, so it changes nothing
+            (taken for `SequenceAdder`'s interface).
         normalize_rewards: Divide the returns of the initial priority by each env's
             reward scale.
 
@@ -100,16 +101,13 @@ class VectorSequenceAdder:
         for sink in sinks:
             if not callable(sink):
                 raise ValueError(f"sinks must be callable, got {sink!r}")
-        for name, value in (("gamma", gamma), ("priority_eta", priority_eta)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+        check_rates(gamma, priority_eta)
         self.layout = layout
         self.num_envs = n = len(sinks)
         self._sinks = sinks
         self._gamma = float(gamma)
         self._eta = float(priority_eta)
         self._rescaling = bool(rescaling)
-        self._double_q = bool(double_q)
         self._normalize = bool(normalize_rewards)
         self._windows = WindowFields(layout, self._gamma)
         b, length, steps = layout.burnin, layout.input_length, layout.multisteps
@@ -152,7 +150,6 @@ class VectorSequenceAdder:
         spec = layout.field_spec()
         self._field_names = tuple(spec)
         self._id_dtype = spec["frame_ids"][1]
-        self._gamma_powers = [self._gamma**i for i in range(steps)]  # as n_step_returns
 
     @property
     def nb_actions(self) -> int | None:
@@ -378,7 +375,7 @@ class VectorSequenceAdder:
         rewards = np.where(full < sizes, rewards, 0.0)
         returns = np.zeros((count, length))
         for i in range(int(k.max())):
-            returns = returns + self._gamma_powers[i] * rewards[:, i : i + length]
+            returns = returns + self._windows.gamma_powers[i] * rewards[:, i : i + length]
         g = returns
         if self._normalize:
             g = returns / np.array([moments[j][2] for j in windows.envs])[:, None]

@@ -13,11 +13,22 @@ import numpy as np
 
 from r2d2_agent.replay.layout import SequenceLayout
 
-__all__ = ["Bootstrap", "WindowFields"]
+__all__ = ["Bootstrap", "WindowFields", "check_rates"]
 
 Bootstrap = tuple[list[int], list[float], np.ndarray, np.ndarray, np.ndarray]
 """`(k, disc, bootstrap_discount, bootstrap_index, mask)` of a segment
 (`WindowFields.bootstrap`)."""
+
+
+def check_rates(gamma: float, priority_eta: float) -> None:
+    """An adder's discount and priority mixing, each in [0, 1].
+
+    Raises:
+        ValueError: Naming the first one outside [0, 1].
+    """
+    for name, value in (("gamma", gamma), ("priority_eta", priority_eta)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {value!r}")
 
 
 class WindowFields:
@@ -26,11 +37,15 @@ class WindowFields:
     Args:
         layout: The sequence layout.
         gamma: The discount of the n-step returns.
+
+    Attributes:
+        gamma_powers: `gamma**i` for `i < multisteps`, as `n_step_returns` computes them.
     """
 
     def __init__(self, layout: SequenceLayout, gamma: float) -> None:
         self.layout = layout
         self.gamma = float(gamma)
+        self.gamma_powers = [self.gamma**i for i in range(layout.multisteps)]
         self._spec = layout.field_spec()
         self._bootstrap: dict[tuple[int, bool], Bootstrap] = {}
         self._masks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
