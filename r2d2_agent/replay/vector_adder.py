@@ -28,6 +28,7 @@ from r2d2_agent.replay.window_fields import WindowFields, check_rates
 __all__ = ["VectorSequenceAdder"]
 
 _max = np.maximum.reduce
+_min = np.minimum.reduce
 _sum = np.add.reduce
 
 
@@ -231,7 +232,7 @@ class VectorSequenceAdder:
         act = np.asarray(actions)
         if act.shape != (n,) or not np.issubdtype(act.dtype, np.integer):
             raise ValueError(f"actions must be {n} integers, got {actions!r}")
-        if act.min() < 0 or act.max() >= q.shape[1]:
+        if _min(act) < 0 or _max(act) >= q.shape[1]:
             raise ValueError(f"actions must be integers in [0, {q.shape[1]}), got {actions!r}")
         if states is None and layout.state_size == 0:
             states = np.zeros((n, 2, 0), np.float32)

@@ -165,11 +165,11 @@ class R2D2VectorActor:
 
     def observe_all(
         self,
-        actions: Sequence[int],
-        rewards: Sequence[float],
+        actions: Sequence[int] | np.ndarray,
+        rewards: Sequence[float] | np.ndarray,
         next_observations: Sequence[Any],
-        terminated: Sequence[bool],
-        truncated: Sequence[bool],
+        terminated: Sequence[bool] | np.ndarray,
+        truncated: Sequence[bool] | np.ndarray,
     ) -> None:
         """Records the N transitions that followed `select_actions` (one per env, in env
         order; an env whose episode ended gets `observe_first` before the next step).
@@ -182,6 +182,10 @@ class R2D2VectorActor:
         states, q = self._acted
         self._acted = None
         assert self._stacks is not None
+        actions = np.asarray(actions)
+        rewards = np.asarray(rewards, np.float64)
+        terminated = np.asarray(terminated, bool)
+        truncated = np.asarray(truncated, bool)
         frames = np.array(next_observations)  # one copy of the N observations
         stacks = self._stacks
         if stacks.shape[1] > 1:
@@ -189,16 +193,14 @@ class R2D2VectorActor:
         stacks[:, -1] = frames
         self._prev_actions[:] = actions
         self._prev_rewards[:] = rewards
-        for j in range(self.num_envs):
-            if terminated[j] or truncated[j]:
-                self._started[j] = False
+        for j in np.flatnonzero(terminated | truncated).tolist():
+            self._started[j] = False
         taps = [(j, tap) for j, tap in enumerate(self.taps) if tap is not None]
         if self.adder is None and not taps:
             return
         next_q = {  # the bootstrap value of a truncated episode's initial priority
             j: self._policy_step(stacks, self._states, slice(j, j + 1))[0][0]
-            for j in range(self.num_envs)
-            if truncated[j] and not terminated[j]
+            for j in np.flatnonzero(truncated & ~terminated).tolist()
         }
         step = (actions, rewards, frames, terminated, truncated, states, q)
         if self.adder is not None:

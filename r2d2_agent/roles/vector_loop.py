@@ -107,7 +107,7 @@ class EnvList:
         """See `EnvBatch.step`."""
         observations, rewards, terminated, truncated, infos = [], [], [], [], []
         for env, action in zip(self.envs, np.asarray(actions).tolist(), strict=True):
-            obs, reward, term, trunc, info = env.step(int(action))
+            obs, reward, term, trunc, info = env.step(action)  # a Python int
             observations.append(np.array(obs))
             rewards.append(reward)
             terminated.append(bool(term))
@@ -228,13 +228,14 @@ class VectorLoopActor(Protocol):
 
     def observe_all(
         self,
-        actions: Sequence[int],
-        rewards: Sequence[float],
+        actions: np.ndarray,
+        rewards: np.ndarray,
         next_observations: Sequence[Any],
-        terminated: Sequence[bool],
-        truncated: Sequence[bool],
+        terminated: np.ndarray,
+        truncated: np.ndarray,
     ) -> None:
-        """Records the N envs' transitions of one step."""
+        """Records the N envs' transitions of one step (`(N,)` int64 actions, float64
+        rewards, bool `terminated` and `truncated`)."""
         ...
 
 
@@ -335,17 +336,22 @@ class VectorEpisodeLoop:
         self._episodes = 0
         while not stop():
             self._notify("on_step_begin")
-            actions = actor.select_actions()
+            actions = np.asarray(actor.select_actions(), np.int64)
             out = batch.step(actions)
-            # the N envs' fields as Python scalars, converted once per step
-            step_actions = [int(a) for a in np.asarray(actions).tolist()]
-            rewards = [float(r) for r in np.asarray(out.rewards).tolist()]
-            terminated = [bool(t) for t in np.asarray(out.terminated).tolist()]
-            truncated = [bool(t) for t in np.asarray(out.truncated).tolist()]
-            actor.observe_all(step_actions, rewards, out.observations, terminated, truncated)
-            self._returns += np.asarray(out.rewards, np.float64)  # the floats of `rewards`
+            rewards = np.asarray(out.rewards, np.float64)
+            terminated = np.asarray(out.terminated, bool)
+            truncated = np.asarray(out.truncated, bool)
+            actor.observe_all(actions, rewards, out.observations, terminated, truncated)
+            self._returns += rewards
             self._episode_steps += 1
             if per_env:
+                # the N envs' fields as Python scalars, converted once per step
+                step_actions = actions.tolist()
+                rewards, terminated, truncated = (
+                    rewards.tolist(),
+                    terminated.tolist(),
+                    truncated.tolist(),
+                )
                 ended = []
                 for j in range(n):
                     transition = Transition(
@@ -362,9 +368,9 @@ class VectorEpisodeLoop:
                         self._end_episode(j, steps + j + 1, terminated[j])
                         ended.append(j)
             else:
-                ended = [j for j in range(n) if terminated[j] or truncated[j]]
+                ended = np.flatnonzero(terminated | truncated).tolist()
                 for j in ended:
-                    self._end_episode(j, steps + j + 1, terminated[j])
+                    self._end_episode(j, steps + j + 1, bool(terminated[j]))
             steps += n
             if ended:
                 for j, observation in zip(
