@@ -17,8 +17,11 @@ Sizes: "atari" is the paper's network (84x84x4 uint8 frames, DQN torso, LSTM 512
 Keras policy) on a fake env with the ALE's output (84x84 uint8 frames) whose step costs
 `--fake-env-ms` of CPU time (default: what ALE Breakout with the standard preprocessing
 costs here, else 1 ms), and on ALE Breakout itself when ale-py is installed
-("atari_breakout"); "cartpole" is the CartPole preset's network (numpy policy) on
-CartPole-v1. The goal (issue 27): ratio >= 0.6 at Atari size, >= 0.5 at CartPole size.
+("atari_breakout"), and on ALE Breakout stepped by envpool in one C++ thread
+("atari_envpool", `--sizes atari_envpool`, needs the `envpool` extra; the env alone is
+then envpool's batch of N, measured before and after each actor); "cartpole" is the
+CartPole preset's network (numpy policy) on CartPole-v1. The goal (issue 27): ratio >=
+0.6 at Atari size, >= 0.5 at CartPole size.
 
     python benchmarks/bench_acting.py                      # ~3 minutes
     python benchmarks/bench_acting.py --seconds 1 --ns 1 4 # quick look
@@ -189,6 +192,66 @@ def measure(name: str, config: R2D2Config, make_env: Any, ns: list[int], seconds
     return out
 
 
+def envpool_rate(make_env: Any, seconds: float) -> float:
+    """Env steps per CPU second (envpool's C++ thread included) of a vector env alone,
+    random actions, ended envs reset as an actor resets them."""
+    env = make_env()
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    n = env.num_envs
+
+    def step() -> None:
+        _, _, terminated, truncated, _ = env.step(rng.integers(0, 4, n))
+        ended = np.asarray(terminated) | np.asarray(truncated)
+        if ended.any():
+            env.reset(options={"reset_mask": ended})
+
+    rate = n * timed(seconds, step, warmup=10)
+    env.close()
+    return rate
+
+
+def measure_envpool(config: R2D2Config, env_id: str, ns: list[int], seconds: float) -> dict:
+    """`measure` with an actor's N envs in one envpool batch (`EnvPoolAtari`, one C++
+    thread): the env alone is that batch of N, measured before and after the actor."""
+    from r2d2_agent.envs import EnvPoolAtari
+    from r2d2_agent.roles.vector_loop import GymVectorEnvBatch
+
+    builder = R2D2Builder(config)
+    policy = builder.make_policy()
+    policy.set_weights(_weights(builder))
+    out: dict[str, Any] = {
+        "policy": type(policy).__name__,
+        "env_alone": {},
+        "actor": {},
+        "ratio": {},
+    }
+    for n in ns:
+        factory = EnvPoolAtari(env_id, num_envs=n)
+        before = envpool_rate(factory, seconds)
+        records: list[Any] = []
+        adder = builder.make_vector_adder([records.append] * n)
+        epsilons = [builder.actor_epsilon(j, n) for j in range(n)]
+        actor = builder.make_vector_actor(policy, adder, epsilons, list(range(n)))
+        envs = GymVectorEnvBatch(factory())
+        VectorEpisodeLoop(envs, actor, seeds=range(n)).run(nb_steps=3 * n)  # warm-up
+        records.clear()
+        clock = _Clock(seconds, n)
+        loop = VectorEpisodeLoop(envs, actor, observers=[clock], seeds=range(n))
+        loop.run(should_stop=lambda: False)
+        envs.close()
+        rate = clock.steps / clock.elapsed()
+        after = envpool_rate(factory, seconds)
+        out["env_alone"][n] = [round(before, 1), round(after, 1)]
+        out["actor"][n] = round(rate, 1)
+        out["ratio"][n] = round(rate / ((before + after) / 2), 3)
+        print(
+            f"atari (envpool) N={n}: actor {rate:.0f} env steps/s ({out['ratio'][n]:.2f}x)",
+            file=sys.stderr,
+        )
+    return out
+
+
 def _weights(builder: R2D2Builder) -> list[np.ndarray]:
     """Small random weights of the acting network's shapes."""
     policy = builder.make_policy()
@@ -241,6 +304,10 @@ def main() -> None:
             out["atari_breakout"] = measure(
                 "atari (ALE Breakout)", atari_config(), breakout, args.ns, args.seconds
             )
+    if "atari_envpool" in args.sizes:
+        out["atari_envpool"] = measure_envpool(
+            atari_config(), "ALE/Breakout-v5", args.ns, args.seconds
+        )
     if "cartpole" in args.sizes:
         make = lambda: gym.make("CartPole-v1")  # noqa: E731
         config = cartpole_config(seed=0)

@@ -10,6 +10,8 @@ Frames come from gymnasium's `AtariPreprocessing` (84x84 grayscale, frame skip 4
 rescales values instead) and are stored once each, as uint8. R2D2 stacks 4 of them
 (`InputType.GRAY_2ch`, `input_sequence=4`; `--no-stack` leaves memory to the LSTM alone).
 The image torso is `DQNImageModel` (`--r2d3`: the residual `R2D3ImageModel`).
+`--envpool` steps each actor's envs with envpool in C++ (`EnvPoolAtari`, the same
+preprocessing; needs `pip install -e ".[envpool]"`).
 
 The default configuration is sized for a small CPU machine (shorter sequences, a smaller
 batch and LSTM than the paper, so that a learner update takes a fraction of a second);
@@ -28,7 +30,10 @@ import numpy as np
 
 from r2d2_agent import InputType, R2D2Config, R2D2Manager
 from r2d2_agent.callbacks import CheckpointCallback, RunLogCallback
-from r2d2_agent.envs import make_atari  # AtariPreprocessing: 84x84 gray, frame skip 4
+
+# make_atari: AtariPreprocessing (84x84 gray, frame skip 4); EnvPoolAtari: the same for
+# all of an actor's envs at once, stepped in C++ by envpool
+from r2d2_agent.envs import EnvPoolAtari, make_atari
 from r2d2_agent.image_models import DQNImageModel, R2D3ImageModel
 from r2d2_agent.replay import largest_memory_capacity
 
@@ -90,6 +95,11 @@ def main() -> None:
     parser.add_argument("--r2d3", action="store_true", help="the R2D3 residual torso")
     parser.add_argument("--no-stack", action="store_true", help="1 frame per input (LSTM only)")
     parser.add_argument("--life-loss", action="store_true", help="a life lost ends an episode")
+    parser.add_argument(
+        "--envpool",
+        action="store_true",
+        help='step each actor\'s envs in C++ with envpool (pip install "r2d2-agent[envpool]")',
+    )
     parser.add_argument("--memory-capacity", type=int, help="replay sequences (default: fit)")
     parser.add_argument("--run-dir", help="run directory (default: runs/<run name>)")
     parser.add_argument("--resume", help="checkpoint file or directory to continue from")
@@ -103,11 +113,15 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
-    # 1. A picklable env factory: every actor process builds its own env from it.
+    # 1. A picklable env factory: every actor process builds its own env from it (with
+    #    --envpool, one vector env of all its envs; the greedy test plays make_atari's).
     env_factory = functools.partial(make_atari, args.env, args.life_loss)
     probe = env_factory()
     nb_actions = int(probe.action_space.n)
     probe.close()
+    actor_envs = env_factory
+    if args.envpool:
+        actor_envs = EnvPoolAtari(args.env, args.envs_per_actor, args.life_loss)
 
     # 2. Configuration: the paper's or the CPU-sized one, with a replay that fits.
     config = R2D2Config(
@@ -136,7 +150,7 @@ def main() -> None:
 
     # 4. Train with the manager; it stops at the first limit reached.
     with R2D2Manager(
-        env_factory, config, actor_num=args.actors, image_model=image_model, callbacks=callbacks
+        actor_envs, config, actor_num=args.actors, image_model=image_model, callbacks=callbacks
     ) as manager:
         result = manager.train(
             nb_steps=args.nb_steps, max_seconds=args.max_seconds, resume_from=args.resume
@@ -154,7 +168,8 @@ def main() -> None:
     print(f"checkpoints: {checkpoints}")
     curve = os.path.join(run_dir, "learning_curve.png")
     print(f"learning curve: {curve}" if os.path.exists(curve) else "no learning curve yet")
-    print(f"continue with: python examples/atari.py --resume {checkpoints} --env {args.env}")
+    again = " --envpool" if args.envpool else ""
+    print(f"continue with: python examples/atari.py --resume {checkpoints} --env {args.env}{again}")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,33 @@ def test_the_atari_example_runs_on_a_real_rom(tmp_path):
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0
 
 
+def test_the_atari_example_runs_on_envpool(tmp_path):
+    pytest.importorskip("envpool")
+    out = run_example(  # 8 envs of one actor in one envpool batch
+        "atari.py",
+        "--env",
+        "ALE/Breakout-v5",
+        "--life-loss",
+        "--envpool",
+        "--envs-per-actor",
+        "8",
+        "--nb-steps",
+        "800",
+        "--memory-capacity",
+        "32",
+        "--eval-episodes",
+        "1",
+        "--keep-checkpoints",
+        "1",
+        "--run-dir",
+        "run",
+        cwd=tmp_path,
+    )
+    assert "stopped by nb_steps: 800 env steps" in out
+    assert "greedy evaluation:" in out
+    assert "--envpool" in out.splitlines()[-1]
+
+
 def test_the_custom_image_model_example_runs(tmp_path):
     out = run_example(
         "custom_image_model.py", "--nb-steps", "300", "--eval-episodes", "2", cwd=tmp_path

@@ -10,6 +10,8 @@
   `"r2d2_agent/<Name>-v0"`: memory tasks with a `score_range` for normalised returns
   (`r2d2_agent.envs.memory`; numpy and Gymnasium only).
 * `make_atari`: an ALE game with the standard preprocessing (needs the `atari` extra).
+* `EnvPoolAtari`: a factory of N ALE games with the same preprocessing, stepped in C++ by
+  envpool (a Gymnasium `VectorEnv` for one actor; needs the `envpool` extra).
 * `make_env`: any registered id (`make_atari` for ALE games): the env factory of
   `r2d2-train`.
 """
@@ -22,6 +24,7 @@ from typing import Any
 from r2d2_agent.envs.atari import is_atari_id, make_atari
 from r2d2_agent.envs.by_id import make_env
 from r2d2_agent.envs.checks import check_env_matches_config, check_env_spaces
+from r2d2_agent.envs.envpool_atari import EnvPoolAtari
 from r2d2_agent.envs.masked_cartpole import (
     MASKED_CARTPOLE_ID,
     MaskedCartPole,
@@ -45,6 +48,7 @@ __all__ = [
     "MASKED_CARTPOLE_ID",
     "MEMORY_ENV_IDS",
     "CueRecall",
+    "EnvPoolAtari",
     "GymnasiumEnv",
     "MaskedCartPole",
     "NoisyMaskedCartPole",

@@ -167,8 +167,18 @@ class GymVectorEnvBatch:
             return [self._next_first.pop(j) for j in envs]
         mask = np.zeros(self.num_envs, bool)
         mask[envs] = True
-        obs, _ = self.env.reset(options={"reset_mask": mask})
-        return [np.array(obs[j]) for j in envs]
+        obs, info = self.env.reset(options={"reset_mask": mask})
+        if len(obs) == self.num_envs:  # Gymnasium: all N observations
+            return [np.array(obs[j]) for j in envs]
+        # envpool: the reset envs' observations only, in the order of info["env_id"]
+        ids = info.get("env_id") if isinstance(info, dict) else None
+        if len(obs) != len(envs) or ids is None or sorted(np.asarray(ids).tolist()) != sorted(envs):
+            raise ValueError(
+                f"reset(options={{'reset_mask': ...}}) of envs {envs} returned {len(obs)} "
+                f"observations (expected {self.num_envs}, or {len(envs)} with info['env_id'])"
+            )
+        row = {int(j): k for k, j in enumerate(np.asarray(ids).tolist())}
+        return [np.array(obs[row[j]]) for j in envs]
 
     def step(self, actions: np.ndarray) -> StepBatch:
         """See `EnvBatch.step`."""
