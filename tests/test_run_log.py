@@ -33,23 +33,33 @@ one update per 2 env steps, so a run of a few hundred env steps logs learner rec
 
 STOP_AFTER = 25  # episodes of actor 1 before its callback stops the run
 OTHERS_AFTER = 100  # and env steps of the other actor (so that both log episodes)
+PULLS_AFTER = 4  # and weight pulls of actor 1: the learner published at 10, 20, 30 updates
 METRIC_EVERY = 5  # learner updates between two values of the learner's custom metric
 
 
 class StopAfterEpisodes(R2D2Callback):
     """The user's callback: actor `index` stops the whole run after `episodes` episodes,
-    once the other actors made `others` env steps (as far as it knows: `run_env_steps`),
-    so that a slow start of another process cannot end the run before it played."""
+    once the other actors made `others` env steps (as far as it knows: `run_env_steps`)
+    and it took `pulls` sets of weights (the learner publishes before its first update and
+    every 10 updates), so that a slow start of another process cannot end the run before
+    it played or learned (the actors' 300 env steps can come before the learner's 20th
+    update while the learner still traces its update on a loaded machine)."""
 
-    def __init__(self, index: int, episodes: int, others: int) -> None:
+    def __init__(self, index: int, episodes: int, others: int, pulls: int) -> None:
         super().__init__()
         self.index = index
         self.episodes = episodes
         self.others = others
+        self.pulls = pulls
 
     def on_r2d2_actor_episode_end(self, actor_index, runner, episode):
         others = runner.run_env_steps - runner.steps
-        if actor_index == self.index and runner.episodes >= self.episodes and others >= self.others:
+        if (
+            actor_index == self.index
+            and runner.episodes >= self.episodes
+            and others >= self.others
+            and runner.weight_pulls >= self.pulls
+        ):
             self.request_stop(f"at least {self.episodes} episodes done")
 
 
@@ -83,7 +93,11 @@ def logged_run(make_config, tmp_path_factory, assert_no_leftovers):
         CARTPOLE,
         config,
         actor_num=2,
-        callbacks=[*callbacks, StopAfterEpisodes(1, STOP_AFTER, OTHERS_AFTER), CustomMetrics()],
+        callbacks=[
+            *callbacks,
+            StopAfterEpisodes(1, STOP_AFTER, OTHERS_AFTER, PULLS_AFTER),
+            CustomMetrics(),
+        ],
         progress=False,
     ) as manager:
         first = manager.train(nb_steps=20_000, max_seconds=300)
