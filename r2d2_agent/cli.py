@@ -5,6 +5,7 @@
     r2d2-train ALE/Pong-v5 --config pong.toml --actors 4 --max-seconds 3600
     r2d2-train CartPole-v1 --preset cartpole --resume runs/CartPole-v1__r2d2__0__1700000000
     r2d2-train ALE/Breakout-v5 --dry-run      # check everything, print the config, stop
+    r2d2-train ALE/Breakout-v5 --envpool --set envs_per_actor=32   # envs stepped in C++
 
 The configuration is built in layers, each over the one before: `R2D2Config`'s defaults
 (the paper's) or a preset (`--preset cartpole`: `r2d2_agent.presets.cartpole_config`), a
@@ -122,6 +123,9 @@ class TrainPlan:
     progress: bool
     notes: tuple[str, ...] = ()
     """What the command decided for you (e.g. a replay sized to the memory)."""
+    actor_env_factory: Any = None
+    """Each actor's envs when they differ from `env_factory`'s (`--envpool`: one envpool
+    batch of `envs_per_actor` games); `env_factory` still makes the evaluation's env."""
 
 
 # Reading the configuration ---------------------------------------------------------------
@@ -364,6 +368,7 @@ def plan_run(args: argparse.Namespace) -> TrainPlan:
     stop_return = (
         None if args.no_stop else (args.stop_return if args.stop_return is not None else threshold)
     )
+    actor_env_factory = _envpool_factory(args, config, atari) if args.envpool else None
     image_model = None
     if image:
         from r2d2_agent.image_models import DQNImageModel, R2D3ImageModel
@@ -388,7 +393,26 @@ def plan_run(args: argparse.Namespace) -> TrainPlan:
         stop_return=stop_return,
         progress=not args.quiet,
         notes=tuple(notes),
+        actor_env_factory=actor_env_factory,
     )
+
+
+def _envpool_factory(args: argparse.Namespace, config: R2D2Config, atari: bool) -> Any:
+    """`--envpool`: each actor's `envs_per_actor` ALE games in one envpool batch.
+
+    Raises:
+        UsageError: For a game that is not ALE v5, or without envpool installed.
+    """
+    from r2d2_agent.envs import EnvPoolAtari
+
+    if not atari:
+        raise UsageError(f"--envpool steps ALE games; {args.env_id} is not one")
+    try:
+        factory = EnvPoolAtari(args.env_id, config.envs_per_actor, args.life_loss)
+        factory().close()  # envpool is installed and knows the game
+    except (ValueError, ImportError) as exc:
+        raise UsageError(f"--envpool: {exc}") from exc
+    return factory
 
 
 # The run -----------------------------------------------------------------------------------
@@ -485,7 +509,7 @@ def open_manager(plan: TrainPlan) -> tuple[R2D2Manager, RunLogCallback]:
     )
     ray = {"ray_address": plan.ray_address} if plan.backend == "ray" else {}
     manager = R2D2Manager(
-        plan.env_factory,
+        plan.actor_env_factory or plan.env_factory,
         plan.config,
         actor_num=plan.actors,
         image_model=plan.image_model,
@@ -606,6 +630,12 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--seed", type=int, help="global seed; actor i uses seed + i (default 0)")
     config.add_argument("--image-model", choices=["dqn", "r2d3"], default="dqn", help="image torso")
     config.add_argument("--life-loss", action="store_true", help="ALE: a life lost ends an episode")
+    config.add_argument(
+        "--envpool",
+        action="store_true",
+        help="ALE: step each actor's envs_per_actor games in C++ with envpool "
+        '(pip install "r2d2-agent[envpool]")',
+    )
     run = parser.add_argument_group("run")
     run.add_argument("--actors", type=int, default=2, help="actor processes (default 2)")
     run.add_argument("--backend", choices=["multiprocessing", "ray"], default="multiprocessing")
@@ -654,7 +684,8 @@ def _describe(plan: TrainPlan) -> str:
         if getattr(plan.config, f.name) != f.default
     }
     lines = [
-        f"env: {plan.env_id}; {plan.actors} actor(s), backend {plan.backend}",
+        f"env: {plan.env_id}{' (envpool)' if plan.actor_env_factory else ''}; "
+        f"{plan.actors} actor(s), backend {plan.backend}",
         "config (fields other than R2D2Config's defaults): "
         + ", ".join(f"{name}={_text(value)}" for name, value in changed.items()),
         f"run directory: {plan.run_dir}",

@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import pathlib
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -31,6 +32,7 @@ from r2d2_agent.cli import (
     BEST_FILE,
     RESULT_FILE,
     UsageError,
+    _describe,
     _Evaluations,
     build_parser,
     main,
@@ -124,6 +126,26 @@ def test_an_ale_game_gets_the_atari_frames():
         env.close()
 
 
+def test_envpool_steps_each_actors_ale_games_and_the_evaluation_plays_make_atari():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("envpool")
+    from r2d2_agent.envs import EnvPoolAtari
+
+    plan = _plan(
+        "ALE/Pong-v5", "--envpool", "--life-loss", "--set", "envs_per_actor=8", "--dry-run"
+    )
+    assert plan.actor_env_factory == EnvPoolAtari("ALE/Pong-v5", 8, True)
+    assert plan.env_factory.func.__name__ == "make_env"
+    assert "ALE/Pong-v5 (envpool)" in _describe(plan)
+
+
+def test_envpool_without_envpool_names_the_extra(capsys, monkeypatch):
+    pytest.importorskip("ale_py")
+    monkeypatch.setitem(sys.modules, "envpool", None)
+    err = _refused(capsys, "ALE/Pong-v5", "--envpool", "--dry-run")
+    assert "--envpool" in err and "r2d2-agent[envpool]" in err
+
+
 def test_a_replay_nobody_sized_is_made_to_fit_in_half_the_memory():
     pytest.importorskip("ale_py")
     plan = _plan("ALE/Pong-v5")  # the paper's 100,000 sequences: 29.7 GB
@@ -132,6 +154,11 @@ def test_a_replay_nobody_sized_is_made_to_fit_in_half_the_memory():
 
 
 # ----------------------------------------------------------------- bad arguments ------
+def test_envpool_is_refused_for_a_game_that_is_not_atari(capsys):
+    err = _refused(capsys, "CartPole-v1", "--envpool", "--dry-run")
+    assert "--envpool steps ALE games; CartPole-v1 is not one" in err
+
+
 def test_an_unknown_field_is_named_with_the_closest_one(capsys):
     assert "did you mean lstm_units?" in _refused(capsys, "CartPole-v1", "--set", "lstm_unit=3")
 
