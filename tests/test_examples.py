@@ -30,26 +30,19 @@ def run_example(script: str, *args: str, cwd: pathlib.Path, timeout: float = 600
     return proc.stdout
 
 
+TINY_ATARI = (
+    *("--env", "ALE/Breakout-v5", "--life-loss"),  # a life lost ends an episode: ~50 steps
+    *("--memory-capacity", "32", "--eval-episodes", "1", "--keep-checkpoints", "1"),
+    *("--run-dir", "run"),
+)
+"""`examples/atari.py`'s arguments for a run of a few hundred env steps."""
+
+
 def test_the_atari_example_runs_on_a_real_rom(tmp_path):
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
-    out = run_example(  # 32 envs (the default), a life lost ends an episode: 50 steps each
-        "atari.py",
-        "--env",
-        "ALE/Breakout-v5",
-        "--life-loss",
-        "--nb-steps",
-        "1600",
-        "--memory-capacity",
-        "32",
-        "--eval-episodes",
-        "1",
-        "--keep-checkpoints",
-        "1",
-        "--run-dir",
-        "run",
-        cwd=tmp_path,
-    )
+    # 32 envs per actor (the default)
+    out = run_example("atari.py", *TINY_ATARI, "--nb-steps", "1600", cwd=tmp_path)
     assert "stopped by nb_steps: 1600 env steps" in out
     assert "greedy evaluation:" in out
     assert any((tmp_path / "run" / "checkpoints").glob("*.h5"))
@@ -60,22 +53,8 @@ def test_the_atari_example_runs_on_envpool(tmp_path):
     pytest.importorskip("envpool")
     out = run_example(  # 8 envs of one actor in one envpool batch
         "atari.py",
-        "--env",
-        "ALE/Breakout-v5",
-        "--life-loss",
-        "--envpool",
-        "--envs-per-actor",
-        "8",
-        "--nb-steps",
-        "800",
-        "--memory-capacity",
-        "32",
-        "--eval-episodes",
-        "1",
-        "--keep-checkpoints",
-        "1",
-        "--run-dir",
-        "run",
+        *TINY_ATARI,
+        *("--envpool", "--envs-per-actor", "8", "--nb-steps", "800"),
         cwd=tmp_path,
     )
     assert "stopped by nb_steps: 800 env steps" in out
