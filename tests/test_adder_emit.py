@@ -5,22 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from small_layout import small_layout
 
 from r2d2_agent.replay import SequenceAdder, SequenceLayout
 
 
 def _layout(prev_action_reward: bool = False, **overrides: int) -> SequenceLayout:
-    values = {
-        "frame_shape": (2,),
-        "frame_dtype": np.float32,
-        "input_sequence": 2,
-        "state_size": 3,
-        "burnin": 2,
-        "input_length": 4,
-        "multisteps": 2,
-        "period": 2,
-    }
-    return SequenceLayout(**(values | overrides), prev_action_reward=prev_action_reward)
+    return small_layout(**overrides, prev_action_reward=prev_action_reward)
 
 
 def _play(adder: SequenceAdder, episodes: int, length: int, seed: int = 0) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from small_layout import small_layout
 
 from r2d2_agent.replay import SequenceAdder, SequenceLayout, SequenceRecord
 from r2d2_agent.replay.env_adders import BATCHED_FROM_ENVS, PerEnvAdders, make_env_adders
@@ -28,17 +29,6 @@ class Case:
     eta: float = 0.9
     reward_scale: float = 1.0
 
-
-LAYOUT = {
-    "frame_shape": (2,),
-    "frame_dtype": np.float32,
-    "input_sequence": 2,
-    "state_size": 3,
-    "burnin": 2,
-    "input_length": 4,
-    "multisteps": 2,
-    "period": 2,
-}
 
 CASES = [
     Case("base"),
@@ -60,7 +50,7 @@ TRUNCATED = [False, False, True, False]
 
 
 def _layout(case: Case) -> SequenceLayout:
-    return SequenceLayout(**(LAYOUT | case.layout))
+    return small_layout(**case.layout)
 
 
 def _play(case: Case, steps: int, seed: int, with_next_q: bool):
