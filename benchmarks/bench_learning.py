@@ -13,6 +13,7 @@ Usage::
     python benchmarks/bench_learning.py --env masked --no-lstm --seeds 0
     python benchmarks/bench_learning.py --env cartpole --manager --actors 2 --seeds 0
     python benchmarks/bench_learning.py --env cartpole --set multisteps=5 --set epsilon=0.05
+    python benchmarks/bench_learning.py --env masked --in-fit-eval --seeds 0 1 2
 
 `--set FIELD=VALUE` overrides a preset field (the value is a Python literal; used for the
 ablation table in RESULTS.md).
@@ -28,6 +29,8 @@ import functools
 import json
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 
@@ -46,7 +49,9 @@ def parse_overrides(pairs: list[str]) -> dict:
     return overrides
 
 
-def run_agent(env: str, seed: int, budget: int, lstm: bool, overrides: dict) -> dict:
+def run_agent(
+    env: str, seed: int, budget: int, lstm: bool, overrides: dict, in_fit: bool = False
+) -> dict:
     from r2d2_agent import R2D2Agent
 
     preset = cartpole_config if env == "cartpole" else masked_cartpole_config
@@ -58,12 +63,39 @@ def run_agent(env: str, seed: int, budget: int, lstm: bool, overrides: dict) -> 
     )
     agent = R2D2Agent(config)
     agent.compile()
+    if in_fit:
+        return run_in_one_fit(agent, make_env, budget)
     result = train_until_solved(agent, make_env, budget)
     return {
         "solved": result["solved_at"] is not None,
         "env_steps": result["solved_at"] or result["env_steps"],
         "wall_s": round(result["solved_wall_s"] or result["wall_s"], 1),
         "evals": [round(m, 1) for _, m in result["evals"]],
+    }
+
+
+def run_in_one_fit(agent: Any, make_env: Callable[[], Any], budget: int) -> dict:
+    """The same protocol inside one `fit` call: an `EvaluationCallback` evaluates every
+    2,500 env steps on an env of its own (10 greedy episodes, seeded 1,000 once), so no
+    training episode is cut at an evaluation (with one env, `fit` starts a new episode
+    at each call)."""
+    from r2d2_agent.callbacks import EvaluationCallback
+
+    n = agent.config.envs_per_actor
+    train_env = make_env() if n == 1 else [make_env() for _ in range(n)]
+    evaluation = EvaluationCallback(
+        make_env, interval=2_500, episodes=10, stop_at=475.0, seed=1_000
+    )
+    start = time.perf_counter()
+    agent.fit(train_env, nb_steps=budget, callbacks=[evaluation], verbose=0)
+    wall = time.perf_counter() - start
+    solved = [e.env_steps for e in evaluation.evaluations if e.mean_return >= 475.0]
+    return {
+        "solved": bool(solved),
+        "env_steps": solved[0] if solved else agent.step,
+        "wall_s": round(wall, 1),
+        "evals": [round(e.mean_return, 1) for e in evaluation.evaluations],
+        "protocol": "in one fit",
     }
 
 
@@ -101,6 +133,12 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=100_000, help="env steps per run")
     parser.add_argument("--no-lstm", action="store_true", help="lstm_units=0")
     parser.add_argument("--manager", action="store_true", help="train with R2D2Manager")
+    parser.add_argument(
+        "--in-fit-eval",
+        action="store_true",
+        help="one fit call with the evaluations in an EvaluationCallback (no episode cut "
+        "at an evaluation) instead of fit in chunks of 2,500 env steps",
+    )
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--max-seconds", type=float, default=900.0)
     parser.add_argument(
@@ -124,7 +162,9 @@ def main() -> None:
         if args.manager:
             run = run_manager(args.env, seed, args.budget, args.actors, args.max_seconds, overrides)
         else:
-            run = run_agent(args.env, seed, args.budget, not args.no_lstm, overrides)
+            run = run_agent(
+                args.env, seed, args.budget, not args.no_lstm, overrides, args.in_fit_eval
+            )
         run.update(
             env=args.env,
             seed=seed,

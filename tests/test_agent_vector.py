@@ -219,6 +219,68 @@ def test_nb_steps_train_interval_and_sync_count_env_steps_of_all_envs(make_confi
     assert agent.step == 111  # the count goes on over fit calls
 
 
+def test_a_later_fit_on_the_same_envs_continues_their_episodes(make_config):
+    """`fit` in chunks with a `test` between (what `train_until_solved` and users with
+    evaluations do) records what one `fit` of the whole records, frame for frame: no
+    episode is cut and restarted at a chunk's end."""
+    case = CASES[0]  # ends every step, truncates at 5, never ends
+    n = len(case.envs)
+    config = _config(make_config, case.envs)
+    whole = _agent_records(
+        R2D2Agent(config), [ScriptedEnv(**kwargs) for kwargs in case.envs], STEPS * n
+    )
+
+    agent = R2D2Agent(config)
+    chunks: dict[int, list] = {}
+    agent.learner.add = lambda record, stream=0: chunks.setdefault(stream, []).append(record)
+    agent.compile()
+    envs = [ScriptedEnv(**kwargs) for kwargs in case.envs]
+    for steps in (STEPS // 2 - 3, 3, STEPS // 2):  # chunks end mid-episode (env 1 at 17, 20)
+        agent.fit(envs, nb_steps=steps * n, verbose=0)
+        agent.test(ScriptedEnv(**TRUNCATES), nb_episodes=1, visualize=False, verbose=0)
+    assert agent.step == STEPS * n
+    for j in range(n):
+        _assert_same_records(chunks[j + 1], whole[j + 1])
+
+
+def _never_ending_env_steps(agent, envs, **fit_kwargs):
+    """The episode steps env 2 (never ends) takes in one `fit` of 10 steps of 3 envs."""
+    hooks = _Hooks()
+    agent.fit(envs, nb_steps=30, callbacks=[hooks], verbose=0, **fit_kwargs)
+    return [c[3] for c in hooks.calls if c[0] == "step_end" and c[1] == 2]
+
+
+class _InterruptAt(rl_callbacks.Callback):
+    """Presses Ctrl-C at the `step`-th env step (`fit` stops cleanly)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__()
+        self.steps, self.at = 0, step
+
+    def on_step_end(self, step, logs=None):
+        self.steps += 1
+        if self.steps == self.at:
+            raise KeyboardInterrupt
+
+
+def test_other_envs_reset_states_or_an_interrupted_fit_start_the_episodes_afresh(make_config):
+    envs = (ENDS_EVERY_STEP, TRUNCATES, NEVER_ENDS)
+    agent = R2D2Agent(_config(make_config, envs))
+    agent.compile()
+    fit_envs = [ScriptedEnv(**kwargs) for kwargs in envs]
+    assert _never_ending_env_steps(agent, fit_envs) == list(range(10))
+    assert _never_ending_env_steps(agent, list(fit_envs)) == list(range(10, 20))  # same envs
+    fit_envs[0] = ScriptedEnv(**envs[0])  # the same list, another env in it
+    assert _never_ending_env_steps(agent, fit_envs) == list(range(10))
+    assert _never_ending_env_steps(agent, [ScriptedEnv(**kwargs) for kwargs in envs]) == list(
+        range(10)
+    )
+    agent.reset_states()
+    assert _never_ending_env_steps(agent, fit_envs) == list(range(10))
+    agent.fit(fit_envs, nb_steps=30, callbacks=[_InterruptAt(4)], verbose=0)
+    assert _never_ending_env_steps(agent, fit_envs) == list(range(10))
+
+
 def test_each_env_anneals_its_epsilon_over_env_steps_of_all_envs(make_config):
     """The ramp lasts `epsilon_anneal_steps` env steps whatever N (as the agent's other
     counts): 30 env steps of 3 envs are 30 steps into a ramp of 90, not 10."""

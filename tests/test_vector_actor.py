@@ -257,6 +257,55 @@ def test_an_env_that_ends_resets_alone_and_keeps_terminated_apart_from_truncated
     assert [e for e in episodes.ended if e[0] == 2] == []
 
 
+def test_a_continued_run_goes_on_with_the_episodes_in_flight(make_config):
+    """Two runs of one loop with `continue_episodes` record what one run of their
+    length records, and an episode cut by the first run is reported by the second."""
+    case = CASES[1]  # ends every step, truncates at 5, never ends; explores
+    config = _config(make_config, case)
+    builder = R2D2Builder(config)
+    weights = _weights(config)
+    n = len(case.envs)
+    seeds = [SEED + 100 * j for j in range(n)]
+
+    def recorded(splits):
+        records: list[list[SequenceRecord]] = [[] for _ in range(n)]
+        actor = builder.make_vector_actor(
+            _policy(config, weights, case.policy),
+            builder.make_vector_adder([records[j].append for j in range(n)]),
+            case.epsilons,
+            seeds,
+        )
+        episodes = _Episodes()
+        envs = EnvList([ScriptedEnv(**kwargs) for kwargs in case.envs])
+        loop = VectorEpisodeLoop(envs, actor, observers=[episodes], seeds=seeds)
+        for k, steps in enumerate(splits):
+            loop.run(nb_steps=steps * n, continue_episodes=k > 0)
+            assert loop.in_flight
+        return records, episodes.ended
+
+    whole, whole_ended = recorded([STEPS])
+    parts, parts_ended = recorded([STEPS // 2 - 3, 3, STEPS // 2])  # cuts at steps 17, 20
+    assert parts_ended == whole_ended  # env 1's 5-step episodes go across the cuts
+    for j in range(n):
+        _assert_same_records(parts[j], whole[j])
+
+
+def test_a_run_without_continue_episodes_starts_every_env_afresh(make_config):
+    case = CASES[1]  # ends every step, truncates at 5, never ends
+    config = _config(make_config, case)
+    actor = R2D2Builder(config).make_vector_actor(
+        NumpyNetwork(config, _weights(config)), None, (0, 0, 0)
+    )
+    episodes = _Episodes()
+    envs = EnvList([ScriptedEnv(**kwargs) for kwargs in case.envs])
+    loop = VectorEpisodeLoop(envs, actor, observers=[episodes])
+    loop.run(nb_steps=3 * 3)
+    loop.run(nb_steps=3 * 3)
+    assert [e for e in episodes.ended if e[0] == 1] == []  # cut at 3 steps twice, not 5
+    loop.run(nb_steps=3 * 3, continue_episodes=True)
+    assert [e for e in episodes.ended if e[0] == 1] == [(1, 5, False)]
+
+
 class _Hooks(VectorObserver):
     """Logs every hook call (episode ends with their whole result)."""
 

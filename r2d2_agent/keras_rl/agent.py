@@ -46,6 +46,7 @@ from r2d2_agent.roles.vector_loop import (
     EnvBatch,
     EnvList,
     GymVectorEnvBatch,
+    VectorEpisodeLoop,
     VectorObserver,
     is_vector_env,
 )
@@ -107,6 +108,9 @@ class R2D2Agent(rl_core.Agent):
         self._own_eval_policy = eval_policy is not policy
         self._eval_stale = self._own_eval_policy  # its weights are copied when it plays
         self._vector_actor: R2D2VectorActor | None = None  # made by the first fit of N envs
+        # the last fit's N envs (as passed) and their loop, whose episodes a later fit
+        # on the same envs continues
+        self._vector_fit: tuple[Any, VectorEpisodeLoop] | None = None
         self.step = 0
         """Training env steps over all `fit` calls (continues from a resumed checkpoint)."""
         self.episodes = 0
@@ -170,11 +174,18 @@ class R2D2Agent(rl_core.Agent):
         return self._eval_actor
 
     def reset_states(self) -> None:
-        """Forgets the current episode: recurrent state, frame stack, partial sequence."""
-        self.actor.reset_state()
-        self._eval_actor.reset_state()
+        """Forgets the current episode: recurrent state, frame stack, partial sequence
+        (with N envs, every env's: the next `fit` starts their episodes afresh)."""
+        self._reset_playing_states()
         if self._vector_actor is not None:
             self._vector_actor.reset_state()
+        self._vector_fit = None
+
+    def _reset_playing_states(self) -> None:
+        """Forgets the single-env actors' episodes (not the N envs' of `fit`, which a
+        later `fit` on the same envs continues)."""
+        self.actor.reset_state()
+        self._eval_actor.reset_state()
         self._pending = None
         self._last_action = None
 
@@ -581,7 +592,12 @@ class R2D2Agent(rl_core.Agent):
         `episode` in the logs of `on_step_end`). N envs take no `action_repetition`,
         `nb_max_start_steps`, `nb_max_episode_steps` (use the env's own time limit,
         `gymnasium.make(id, max_episode_steps=...)`), `visualize`, agent `processor`
-        (use Gymnasium wrappers) or `record_episodes`.
+        (use Gymnasium wrappers) or `record_episodes`. A later `fit` on the same N envs
+        (the same `VectorEnv`, or a list of the same env objects) continues their
+        episodes where the last one stopped (recurrent states, frame stacks, partial
+        sequences), so training in chunks with a `test` between records what one `fit`
+        of the whole would; other envs, `reset_states()`, a restored checkpoint or a
+        `fit` stopped by Ctrl-C start every env afresh (reset with its seed).
 
         Args:
             env: A Gymnasium env or a `GymnasiumEnv`; with `envs_per_actor = N > 1`, a
@@ -638,7 +654,7 @@ class R2D2Agent(rl_core.Agent):
                 return history
         self.training = True
         if not isinstance(keras_env, GymnasiumEnv):
-            return self._fit_vector(keras_env, int(nb_steps), callbacks, verbose, log_interval)
+            return self._fit_vector(env, keras_env, int(nb_steps), callbacks, verbose, log_interval)
         seed = self.config.seed if self.config.seed is not None else keras_env.take_seed()
         self.actor.epsilon = self.training_epsilon()
         return run_keras_rl_loop(
@@ -681,7 +697,7 @@ class R2D2Agent(rl_core.Agent):
         keras_env = self._checked_env(env)
         self.training = False
         self.sync_actor()
-        self.reset_states()
+        self._reset_playing_states()
         try:
             return run_keras_rl_loop(
                 self,
@@ -701,32 +717,40 @@ class R2D2Agent(rl_core.Agent):
                 start_step_policy=start_step_policy,
             )
         finally:
-            self.reset_states()
+            self._reset_playing_states()
 
     def _fit_vector(
         self,
+        source: Any,
         envs: tuple[EnvBatch, list[int | None]],
         nb_steps: int,
         callbacks: list[Any] | None,
         verbose: int,
         log_interval: int,
     ) -> keras.callbacks.History:
-        """`fit` in N envs (see there): one `R2D2VectorActor` in `VectorEpisodeLoop`."""
+        """`fit` in N envs (see there): one `R2D2VectorActor` in `VectorEpisodeLoop`,
+        continuing the episodes of the last `fit` when `source` (the envs as passed) is
+        the same envs and nothing reset them since."""
         from r2d2_agent.keras_rl.fit_loop import run_keras_rl_vector_loop
 
-        batch, seeds = envs
         actor = self._make_vector_actor()
         self._anneal_vector_epsilons()
+        kept = self._vector_fit
+        if kept is not None and _same_envs(kept[0], source) and kept[1].in_flight:
+            loop, continuing = kept[1], True
+        else:
+            batch, seeds = envs
+            loop, continuing = VectorEpisodeLoop(batch, actor, seeds=seeds), False
+        self._vector_fit = (tuple(source) if isinstance(source, list) else source, loop)
         return run_keras_rl_vector_loop(
             self,
-            batch,
-            actor,
+            loop,
             observers=[_VectorTrainingSteps(self)],
-            seeds=seeds,
             nb_steps=nb_steps,
             callbacks=callbacks,
             verbose=verbose,
             log_interval=log_interval,
+            continue_episodes=continuing,
         )
 
     def _checked_training_envs(self, env: Any) -> GymnasiumEnv | tuple[EnvBatch, list]:
@@ -796,6 +820,15 @@ class _StreamSink:
 
     def __call__(self, record: Any) -> None:
         self._agent.learner.add(record, self._stream)
+
+
+def _same_envs(kept: Any, given: Any) -> bool:
+    """Whether `given` (`fit`'s N envs as passed: a list or a `VectorEnv`) are the envs
+    `kept` of an earlier `fit` (a tuple of the list's envs as they were then, or the
+    `VectorEnv`): the same env objects in the same order, or the same `VectorEnv`."""
+    if isinstance(kept, tuple) and isinstance(given, (list, tuple)):
+        return len(kept) == len(given) and all(a is b for a, b in zip(kept, given, strict=True))
+    return kept is given
 
 
 def _check_vector_fit_arguments(**arguments: tuple[Any, Any]) -> None:

@@ -16,7 +16,7 @@ from r2d2_agent.compat import keras, rl_callbacks
 from r2d2_agent.envs.gymnasium_env import GymnasiumEnv
 from r2d2_agent.roles.episode_loop import EpisodeLoop, EpisodeObserver, EpisodeResult, Transition
 from r2d2_agent.roles.hooks import MetricLogger, bind_metric_logger, bind_stop_requester
-from r2d2_agent.roles.vector_loop import EnvBatch, VectorEpisodeLoop, VectorObserver
+from r2d2_agent.roles.vector_loop import VectorEpisodeLoop, VectorObserver
 
 __all__ = [
     "KerasRLAdapter",
@@ -313,22 +313,24 @@ def run_keras_rl_loop(
 
 def run_keras_rl_vector_loop(
     agent: Any,
-    envs: EnvBatch,
-    actor: Any,
+    loop: VectorEpisodeLoop,
     *,
     observers: Sequence[VectorObserver],
-    seeds: Sequence[int | None],
     nb_steps: int,
     callbacks: Sequence[Any] | None,
     verbose: int,
     log_interval: int,
+    continue_episodes: bool = False,
 ) -> keras.callbacks.History:
-    """Trains `actor` (an `R2D2VectorActor`) in N envs for `nb_steps` env steps of all N.
+    """Trains the actor of `loop` (an `R2D2VectorActor` in N envs) for `nb_steps` env
+    steps of all N.
 
     As `run_keras_rl_loop`, with `VectorEpisodeLoop` stepping the N envs (one batched
     forward pass per step of all N) and `KerasRLVectorCallbacks` presenting each env's
     steps and episodes to the keras-rl callbacks. The limit is checked before each step
-    of the N envs, so up to N-1 env steps more may be taken.
+    of the N envs, so up to N-1 env steps more may be taken. With `continue_episodes`
+    the loop goes on with the episodes its previous run left running
+    (`VectorEpisodeLoop.run`); to the callbacks they begin with this run.
 
     Returns:
         A Keras `History` with `episode_reward`, `nb_episode_steps`, `nb_steps` and `env`
@@ -336,7 +338,7 @@ def run_keras_rl_vector_loop(
     """
     if nb_steps < 1:
         raise ValueError(f"nb_steps must be >= 1, got {nb_steps}")
-    loop = VectorEpisodeLoop(envs, actor, seeds=seeds)
+    envs = loop.envs
     callback_list, history = _callback_list(
         agent, envs, callbacks, verbose, False, log_interval, {"nb_steps": nb_steps}
     )
@@ -345,7 +347,12 @@ def run_keras_rl_vector_loop(
         KerasRLVectorCallbacks(callback_list, agent, envs.num_envs),
         _VectorStopRequests(agent),
     )
-    _run_with_callbacks(agent, callbacks, callback_list, lambda: loop.run(nb_steps=nb_steps))
+    _run_with_callbacks(
+        agent,
+        callbacks,
+        callback_list,
+        lambda: loop.run(nb_steps=nb_steps, continue_episodes=continue_episodes),
+    )
     return history
 
 

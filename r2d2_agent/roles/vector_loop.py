@@ -308,14 +308,36 @@ class VectorEpisodeLoop:
         self._returns = np.zeros(n, np.float64)  # of each env's episode so far
         self._episode_steps = np.zeros(n, np.int64)
         self._episodes = 0  # finished in this run
+        self._in_flight = False  # the last run ended normally, its episodes running
+
+    @property
+    def in_flight(self) -> bool:
+        """True when a run of this loop ended normally (by its limit, not an exception)
+        with the N envs' episodes still running: a next run may continue them."""
+        return self._in_flight
 
     def run(
-        self, *, nb_steps: int | None = None, should_stop: Callable[[], bool] | None = None
+        self,
+        *,
+        nb_steps: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        continue_episodes: bool = False,
     ) -> LoopTotals:
         """Steps all envs until `nb_steps` env steps (of all envs) or `should_stop()`.
 
         The limits are checked before each step of the N envs, so a run ends up to N-1
-        env steps past `nb_steps`; an episode cut by the end of the run is not reported.
+        env steps past `nb_steps`; an episode cut by the end of the run is not reported
+        by this run.
+
+        Args:
+            nb_steps: Env steps of all N envs to take.
+            should_stop: Ends the run when it returns True (checked before each step).
+            continue_episodes: Go on with the episodes the previous run of this loop left
+                running (`in_flight`), as if the two runs were one: no reset, each env's
+                return and step count go on, and an episode cut by the previous run is
+                reported by the run that ends it. The actor must still hold those
+                episodes (not reset since). Without episodes in flight, the envs are
+                reset as usual.
 
         Returns:
             The env steps taken (all envs) and the episodes finished.
@@ -336,13 +358,16 @@ class VectorEpisodeLoop:
 
         if stop():
             return LoopTotals(steps=0, episodes=0)
-        for j, observation in enumerate(batch.reset(range(n), self.seeds)):
-            actor.observe_first(j, observation)
+        resume = continue_episodes and self._in_flight
+        self._in_flight = False  # until this run ends normally
+        if not resume:
+            for j, observation in enumerate(batch.reset(range(n), self.seeds)):
+                actor.observe_first(j, observation)
+            self._returns = np.zeros(n, np.float64)
+            self._episode_steps = np.zeros(n, np.int64)
         # Without an observer of single env steps, a step's bookkeeping is array work;
         # the hooks and their order are the same either way.
         per_env = any(_overrides(observer, "on_env_step_end") for observer in observers)
-        self._returns = np.zeros(n, np.float64)
-        self._episode_steps = np.zeros(n, np.int64)
         self._episodes = 0
         while not stop():
             self._notify("on_step_begin")
@@ -388,6 +413,7 @@ class VectorEpisodeLoop:
                 ):
                     actor.observe_first(j, observation)
             self._notify("on_step_end")
+        self._in_flight = True
         return LoopTotals(steps=steps, episodes=self._episodes)
 
     def _end_episode(self, env: int, total_steps: int, terminated: bool) -> None:
