@@ -136,6 +136,30 @@ def test_a_gymnasium_vector_env_records_what_a_list_of_envs_records(make_config)
         _assert_same_records(got[j + 1], want[j + 1])
 
 
+@pytest.mark.parametrize(
+    "mode", [gym.vector.AutoresetMode.SAME_STEP, gym.vector.AutoresetMode.NEXT_STEP]
+)
+def test_a_gymnasium_vector_env_fit_in_chunks_records_what_one_fit_records(make_config, mode):
+    case = CASES[0]
+    config = _config(make_config, case.envs)
+    n = len(case.envs)
+    want = _agent_records(
+        R2D2Agent(config), [ScriptedEnv(**kwargs) for kwargs in case.envs], STEPS * n
+    )
+    vector = gym.vector.SyncVectorEnv(
+        [functools.partial(ScriptedEnv, **kwargs) for kwargs in case.envs], autoreset_mode=mode
+    )
+    agent = R2D2Agent(config)
+    got: dict[int, list] = {}
+    agent.learner.add = lambda record, stream=0: got.setdefault(stream, []).append(record)
+    agent.compile()
+    for steps in (STEPS // 2 - 3, 3, STEPS // 2):
+        agent.fit(vector, nb_steps=steps * n, verbose=0)
+    vector.close()
+    for j in range(n):
+        _assert_same_records(got[j + 1], want[j + 1])
+
+
 class _Hooks(rl_callbacks.Callback):
     """Records the keras-rl hooks `fit` calls."""
 
