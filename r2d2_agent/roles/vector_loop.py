@@ -286,8 +286,9 @@ class VectorEpisodeLoop:
         envs: The envs (`EnvBatch`, or anything `as_env_batch` takes).
         actor: Chooses the N actions and records transitions (`VectorLoopActor`).
         observers: Hooks called in order (`VectorObserver`).
-        seeds: Seed of each env's first reset of a `run` (None: unseeded); later resets
-            continue each env's randomness, as `EpisodeLoop` does.
+        seeds: Seed of each env's first reset of a `run` that starts the episodes (not
+            one that continues them; None: unseeded); later resets continue each env's
+            randomness, as `EpisodeLoop` does.
     """
 
     def __init__(
