@@ -232,6 +232,11 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     config = preset_config(args.preset, shape, actions, args.seed, parse_overrides(args.set))
     agent = R2D2Agent(config)
     agent.compile()
+    if config.envs_per_actor > 1:  # N envs (`envs_per_actor=N` in the agent spec)
+        more = [
+            make_task(args.task, args.reward_scale)[0] for _ in range(config.envs_per_actor - 1)
+        ]
+        train_env = [train_env, *more]
     eval_env.reset(seed=10_000 + args.seed)
     curve: list[tuple[int, float, float]] = []
     train_wall = 0.0
