@@ -136,6 +136,18 @@ def test_a_seeded_reset_makes_the_pool_anew_with_env_j_at_seed_plus_j(fake_envpo
     assert frames[:, 0, 1].tolist() == [0, 0, 0]
 
 
+def test_close_closes_the_pool_once_and_a_closed_env_is_not_reset_again(fake_envpool):
+    env = EnvPoolAtari("ALE/Breakout-v5", num_envs=2)()
+    env.reset(seed=0)
+    env.close()
+    env.close()
+    (pool,) = fake_envpool.pools
+    assert pool.closed and env.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        env.reset(seed=1)
+    assert len(fake_envpool.pools) == 1
+
+
 @pytest.mark.parametrize("seeds", [[20, 22, 23], [20, 21], []])
 def test_seeds_that_do_not_follow_on_are_refused_by_name(fake_envpool, seeds):
     env = EnvPoolAtari("ALE/Breakout-v5", num_envs=3)()

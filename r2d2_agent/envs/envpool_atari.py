@@ -195,15 +195,20 @@ class EnvPoolVectorEnv(gymnasium.vector.VectorEnv):
         self._frames[:] = frames[:, 0]
         return self._frames.copy(), rewards, terminated, truncated, info
 
-    def close(self, **kwargs: Any) -> None:
-        """Closes the pool."""
+    def close_extras(self, **kwargs: Any) -> None:
+        """Closes the pool (Gymnasium's `close` calls it once, then sets `closed`)."""
+        self._close_pool()
+
+    def _close_pool(self) -> None:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
 
     def _make(self, seed: int) -> None:
         """Makes the pool anew, seeded `seed` (env `j`: `seed + j`)."""
-        self.close()
+        if self.closed:
+            raise RuntimeError("this EnvPoolVectorEnv is closed; make a new one")
+        self._close_pool()
         self._pool = self._envpool.make(self._task, **self.factory.options(seed))
 
 
