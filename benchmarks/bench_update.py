@@ -107,7 +107,7 @@ def conversion_us(config, repeats: int, rounds: int = 200) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Measures both configurations and prints one JSON object."""
+    """Measures the configurations and prints one JSON object."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--updates", type=int, default=50, help="cycles per repeat")
     parser.add_argument("--repeats", type=int, default=9)
@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> dict:
     configs = {
         "cartpole": cartpole_config(seed=0),
         "memory": memory_config(input_shape=(4,), nb_actions=4, seed=0),
+        "memory_each_step": memory_config(
+            input_shape=(4,), nb_actions=4, each_step_scored=True, seed=0
+        ),
     }
     report = {
         **report_header("bench_update"),

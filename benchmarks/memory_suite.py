@@ -2,7 +2,7 @@
 (and SB3 DQN on the control tasks).
 
 Tasks (`r2d2_agent.envs.memory`, plus CartPole and Acrobot): tmaze-5/20/35/50
-(`TMaze(length)`), cue-10/30/45/60 (`CueRecall(delay, 4 symbols)`), repeat-4/8
+(`TMaze(length)`), cue-10/30/45/60 (`CueRecall(delay, 4 symbols)`), repeat-3/4/8
 (`RepeatPrevious(k, 4 symbols, 50 steps)`), repeat-6x8 (`RepeatPrevious(6, 8 symbols, 40
 steps)`: a check of a rule on a task it was not built on), masked-cartpole,
 noisy-masked-cartpole (noise std 0.05), cartpole, acrobot (`Acrobot-v1`, fully observed:
@@ -93,6 +93,7 @@ TASKS: dict[str, tuple[str, dict[str, Any], int]] = {
     "cue-30": ("CueRecall", {"delay": 30, "symbols": 4}, 2_500),
     "cue-45": ("CueRecall", {"delay": 45, "symbols": 4}, 2_500),
     "cue-60": ("CueRecall", {"delay": 60, "symbols": 4}, 2_500),
+    "repeat-3": ("RepeatPrevious", {"k": 3, "symbols": 4, "length": 50}, 2_500),
     "repeat-4": ("RepeatPrevious", {"k": 4, "symbols": 4, "length": 50}, 2_500),
     "repeat-8": ("RepeatPrevious", {"k": 8, "symbols": 4, "length": 50}, 2_500),
     "repeat-6x8": ("RepeatPrevious", {"k": 6, "symbols": 8, "length": 40}, 2_500),

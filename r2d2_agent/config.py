@@ -133,7 +133,9 @@ class R2D2Config:
     """Env steps between the starts of adjacent sequences; None means input_length // 2
     (the paper's overlap of half a sequence)."""
     gamma: float = 0.997
-    """Discount per env step, in [0, 1]."""
+    """Discount per env step, in [0, 1]. At 0 each step's target is its reward alone and
+    the learner's update runs neither the target network (unless `advantage_learning`)
+    nor the look-ahead steps."""
     batch_size: int = 64
     """Sequences per learner update (a batch of sequences)."""
     memory_capacity: int = 100_000

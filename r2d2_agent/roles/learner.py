@@ -602,17 +602,30 @@ class R2D2Learner:
         burn_extra, trained_extra = _split_prev_action_reward(batch, b, scale)
         state = batch["state"]
         online_state = target_state = (state[:, 0], state[:, 1])
+        # With γ = 0 (`each_step_scored`) every bootstrap discount γ^K is 0 and the target
+        # is the reward alone: the look-ahead steps and (without advantage learning) the
+        # target network are not run. The same update up to float rounding (R + 0 · q).
+        bootstraps = cfg.gamma > 0.0
+        uses_target = bootstraps or cfg.advantage_learning > 0.0
         if cfg.enable_lstm and b > 0:
             # 1. Burn-in: both networks start from the stored state and unroll the first b
             #    steps; left padding (before the episode start) is masked, so the state
             #    stays the stored one there. No gradient flows into the burn-in.
             burn_obs, burn_mask = obs[:, :b], batch["burnin_mask"] > 0.5
             _, online_state = self.online.unroll(burn_obs, online_state, burn_mask, **burn_extra)
-            _, target_state = self.target.unroll(burn_obs, target_state, burn_mask, **burn_extra)
+            if uses_target:
+                _, target_state = self.target.unroll(
+                    burn_obs, target_state, burn_mask, **burn_extra
+                )
             online_state = tuple(tf.stop_gradient(s) for s in online_state)
         trained_obs = obs[:, b:]  # (B, L + n, ...): trained steps plus look-ahead
+        if not bootstraps:  # the trained steps only
+            trained_obs = trained_obs[:, : cfg.input_length]
+            trained_extra = {k: v[:, : cfg.input_length] for k, v in trained_extra.items()}
         # 2. Target network over the trained steps and the n look-ahead observations.
-        q_target_all, _ = self.target.unroll(trained_obs, target_state, **trained_extra)
+        q_target_all = None
+        if uses_target:
+            q_target_all, _ = self.target.unroll(trained_obs, target_state, **trained_extra)
         with tf.GradientTape() as tape:
             # 3. Online network over the same steps, with gradient.
             q_online_all, _ = self.online.unroll(trained_obs, online_state, **trained_extra)
@@ -622,9 +635,12 @@ class R2D2Learner:
             #    y = h(R + γ^K (1 - d) h⁻¹(Q_target(s', argmax_a Q_online(s', a)))).
             #    With advantage learning, less α times the taken action's gap below the
             #    best one (the target network's, at s_t) inside h.
-            bootstrap_index = batch["bootstrap_index"]
-            q_boot_online = tf.gather(q_online_all, bootstrap_index, batch_dims=1)
-            q_boot_target = tf.gather(q_target_all, bootstrap_index, batch_dims=1)
+            if bootstraps:
+                bootstrap_index = batch["bootstrap_index"]
+                q_boot_online = tf.gather(q_online_all, bootstrap_index, batch_dims=1)
+                q_boot_target = tf.gather(q_target_all, bootstrap_index, batch_dims=1)
+            else:  # γ^K = 0 multiplies them: zeros stand in (h⁻¹(0) = 0)
+                q_boot_online = q_boot_target = tf.zeros_like(q_online)
             correction = None
             if cfg.advantage_learning > 0.0:
                 gaps = tf_ops.action_gaps(
