@@ -622,7 +622,7 @@ class R2D2Learner:
         if not bootstraps:  # the trained steps only
             trained_obs = trained_obs[:, : cfg.input_length]
             trained_extra = {k: v[:, : cfg.input_length] for k, v in trained_extra.items()}
-        # 2. Target network over the trained steps and the n look-ahead observations.
+        # 2. Target network over the trained steps and (γ > 0) the n look-ahead ones.
         q_target_all = None
         if uses_target:
             q_target_all, _ = self.target.unroll(trained_obs, target_state, **trained_extra)
