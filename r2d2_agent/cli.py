@@ -238,9 +238,15 @@ def _env_fields(env: Any, atari: bool) -> dict[str, Any]:
     return fields
 
 
-def _preset(name: str, env_fields: dict[str, Any], memory_span: int | None = None) -> R2D2Config:
+def _preset(
+    name: str,
+    env_fields: dict[str, Any],
+    memory_span: int | None = None,
+    each_step_scored: bool = False,
+) -> R2D2Config:
     """The preset `name`, given the env's fields its function requires (`memory_config`
-    takes the observation shape and the action count) and `--memory-span`."""
+    takes the observation shape and the action count), `--memory-span` and
+    `--each-step-scored`."""
     function = PRESETS[name]
     parameters = inspect.signature(function).parameters
     required = {
@@ -250,15 +256,19 @@ def _preset(name: str, env_fields: dict[str, Any], memory_span: int | None = Non
         and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
     }
     extra: dict[str, Any] = {}
-    if memory_span is not None:
-        if "memory_span" not in parameters:
+    for field, value, given in (
+        ("memory_span", memory_span, memory_span is not None),
+        ("each_step_scored", each_step_scored, each_step_scored),
+    ):
+        if not given:
+            continue
+        if field not in parameters:
             takes = sorted(
-                n for n, f in PRESETS.items() if "memory_span" in inspect.signature(f).parameters
+                n for n, f in PRESETS.items() if field in inspect.signature(f).parameters
             )
-            raise UsageError(
-                f"--memory-span is for the presets {', '.join(takes)}, not --preset {name}"
-            )
-        extra["memory_span"] = memory_span
+            option = "--" + field.replace("_", "-")
+            raise UsageError(f"{option} is for the presets {', '.join(takes)}, not --preset {name}")
+        extra[field] = value
     try:
         return function(**{field: env_fields[field] for field in required}, **extra)
     except ValueError as exc:
@@ -330,7 +340,13 @@ def plan_run(args: argparse.Namespace) -> TrainPlan:
         probe.close()
     if args.memory_span is not None and not args.preset:
         raise UsageError("--memory-span goes with --preset memory")
-    base = _preset(args.preset, from_env, args.memory_span) if args.preset else None
+    if args.each_step_scored and not args.preset:
+        raise UsageError("--each-step-scored goes with --preset memory")
+    base = (
+        _preset(args.preset, from_env, args.memory_span, args.each_step_scored)
+        if args.preset
+        else None
+    )
     from_env = {k: v for k, v in from_env.items() if k not in file_values and k not in overrides}
     values = dataclasses.asdict(base) if base else {}
     values.update(file_values)
@@ -618,6 +634,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="with --preset memory: env steps from an observation to the action that needs "
         "it (sets the trained window, above twice the span; default 7: 16 steps)",
+    )
+    config.add_argument(
+        "--each-step-scored",
+        action="store_true",
+        help="with --preset memory: every action is scored by its own reward at once and does "
+        "not change what comes next (recall what was seen k steps ago): γ 0",
     )
     config.add_argument("--config", help="a TOML or YAML file of R2D2Config fields")
     config.add_argument(

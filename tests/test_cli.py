@@ -79,15 +79,23 @@ def test_memory_span_sets_the_memory_presets_window():
     assert (config.input_length, config.train_interval) == (64, 16)
 
 
+def test_each_step_scored_sets_the_memory_presets_gamma_0():
+    config = _plan("Acrobot-v1", "--preset", "memory", "--each-step-scored").config
+    assert config == memory_config(input_shape=(6,), nb_actions=3, each_step_scored=True, seed=0)
+    assert config.gamma == 0.0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["--each-step-scored"], "--each-step-scored goes with --preset memory"),
+        (["--preset", "cartpole", "--each-step-scored"], "not --preset cartpole"),
         (["--memory-span", "20"], "--memory-span goes with --preset memory"),
         (["--preset", "cartpole", "--memory-span", "20"], "not --preset cartpole"),
         (["--preset", "memory", "--memory-span", "-2"], "got -2"),
     ],
 )
-def test_memory_span_elsewhere_or_negative_is_a_usage_error(args, message):
+def test_preset_options_elsewhere_or_negative_are_a_usage_error(args, message):
     with pytest.raises(UsageError, match=message):
         _plan("Acrobot-v1", *args)
 
