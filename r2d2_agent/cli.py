@@ -256,11 +256,8 @@ def _preset(
         and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
     }
     extra: dict[str, Any] = {}
-    for field, value, given in (
-        ("memory_span", memory_span, memory_span is not None),
-        ("each_step_scored", each_step_scored, each_step_scored),
-    ):
-        if not given:
+    for field, value in (("memory_span", memory_span), ("each_step_scored", each_step_scored)):
+        if value is None or value is False:  # not given
             continue
         if field not in parameters:
             takes = sorted(
@@ -338,10 +335,12 @@ def plan_run(args: argparse.Namespace) -> TrainPlan:
         threshold = getattr(probe.spec, "reward_threshold", None)
     finally:
         probe.close()
-    if args.memory_span is not None and not args.preset:
-        raise UsageError("--memory-span goes with --preset memory")
-    if args.each_step_scored and not args.preset:
-        raise UsageError("--each-step-scored goes with --preset memory")
+    for option, given in (
+        ("--memory-span", args.memory_span is not None),
+        ("--each-step-scored", args.each_step_scored),
+    ):
+        if given and not args.preset:
+            raise UsageError(f"{option} goes with --preset memory")
     base = (
         _preset(args.preset, from_env, args.memory_span, args.each_step_scored)
         if args.preset
