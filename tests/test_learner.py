@@ -389,6 +389,54 @@ def test_with_gamma_0_the_update_runs_no_target_network_and_learns_the_same(
         np.testing.assert_allclose(a, b, rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"enable_rescaling": True, "enable_double_dqn": False},
+        {"enable_prev_action_reward": True},
+        {"advantage_learning": 0.5},
+        {"gamma": 0.0, "advantage_learning": 0.5},  # the target network for the gaps only
+    ],
+)
+def test_with_a_target_copy_every_update_the_online_network_stands_in_for_it(
+    learner_config, changes
+):
+    """`target_update_interval=1`: the target network holds the online weights at every
+    update, so the update runs the online network alone and must change the weights and
+    priorities as an update that runs a target network copied before each update does.
+    Nothing is copied after an update; a checkpoint gets the copy."""
+    changes = dict(clipnorm=None, multisteps=2, burnin=3, gamma=0.9) | changes
+    sgd = keras.optimizers.SGD
+    alone = make_learner(learner_config(target_update_interval=1, **changes), optimizer=sgd(0.1))
+    copied = make_learner(
+        learner_config(target_update_interval=10**6, **changes), optimizer=sgd(0.1)
+    )
+    initial = alone.get_weights()
+    copied.set_weights(initial)
+    rng = np.random.default_rng(5)
+    config = alone.config
+    batch = stack([make_sequence(config, rng) for _ in range(config.batch_size)])
+    probabilities = np.full(config.batch_size, 1.0 / config.batch_size)
+    target_calls = {id(x): _counting_unroll(x.target) for x in (alone, copied)}
+    for learner in (alone, copied):
+        learner.replay = FixedReplay(batch, probabilities)
+        for _ in range(3):
+            learner.step()
+            if learner is copied:
+                learner.update_target()  # what interval 1 does after every update
+    assert target_calls[id(alone)] == []
+    assert len(target_calls[id(copied)]) == 2  # burn-in and the trained (+ look-ahead) steps
+    assert weights_equal(alone.get_weights(), copied.get_weights(), atol=1e-6)
+    assert not weights_equal(alone.get_weights(), initial, atol=1e-4)  # they learned
+    assert not weights_equal(alone.target.get_weights(), alone.online.get_weights())  # no copy
+    state = alone.save()  # a checkpoint holds the target the next update would read
+    assert weights_equal(state.target_weights, alone.online.get_weights())
+    assert weights_equal(alone.target.get_weights(), alone.online.get_weights())
+    for (_, a), (_, b) in zip(alone.replay.updates, copied.replay.updates, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.5])
 def test_advantage_learning_widens_the_gap_to_its_fixed_point(learner_config, alpha):
     """γ = 0, n = 1, no rescaling, reward 1 for action 0 and 0 for action 1: plain

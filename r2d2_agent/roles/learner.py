@@ -60,7 +60,9 @@ class R2D2Learner:
         config: The agent's configuration.
         online: The network being trained.
         target: The target network (same architecture); it gets the online weights now
-            and every `config.target_update_interval` updates.
+            and every `config.target_update_interval` updates. At an interval of 1 the
+            update reads the online network instead, and the target network gets the
+            online weights when a checkpoint is written (`save`).
         optimizer: A Keras optimizer.
         replay: The prioritized replay the learner samples from.
         average: With `config.policy_average_updates` > 0, a third network of the same
@@ -333,6 +335,8 @@ class R2D2Learner:
         from r2d2_agent import __version__
 
         self.flush_reward_statistics()
+        if self.config.target_update_interval == 1:  # not copied after each update
+            self.update_target()
         variables = self._optimizer_variables()
         return TrainingState(
             online_weights=self.online.get_weights(),
@@ -495,7 +499,8 @@ class R2D2Learner:
         )
         priorities = priorities.numpy()
         self.updates += 1
-        if self.updates % self.config.target_update_interval == 0:
+        interval = self.config.target_update_interval
+        if interval > 1 and self.updates % interval == 0:  # at 1 the update needs no copy
             self.update_target()
         self.last_metrics = {
             "loss": float(loss),
@@ -607,13 +612,18 @@ class R2D2Learner:
         # target network are not run. The same update up to float rounding (R + 0 · q).
         bootstraps = cfg.gamma > 0.0
         uses_target = bootstraps or cfg.advantage_learning > 0.0
+        # With target_update_interval = 1 the target is the online network as it stands
+        # before the update (what a copy after every update would hold): its unroll would
+        # repeat the online one step for step, so the online Q-values, without gradient,
+        # stand in for it (and `learn` copies nothing).
+        runs_target = uses_target and cfg.target_update_interval > 1
         if cfg.enable_lstm and b > 0:
             # 1. Burn-in: both networks start from the stored state and unroll the first b
             #    steps; left padding (before the episode start) is masked, so the state
             #    stays the stored one there. No gradient flows into the burn-in.
             burn_obs, burn_mask = obs[:, :b], batch["burnin_mask"] > 0.5
             _, online_state = self.online.unroll(burn_obs, online_state, burn_mask, **burn_extra)
-            if uses_target:
+            if runs_target:
                 _, target_state = self.target.unroll(
                     burn_obs, target_state, burn_mask, **burn_extra
                 )
@@ -624,11 +634,13 @@ class R2D2Learner:
             trained_extra = {k: v[:, : cfg.input_length] for k, v in trained_extra.items()}
         # 2. Target network over the trained steps and (γ > 0) the n look-ahead ones.
         q_target_all = None
-        if uses_target:
+        if runs_target:
             q_target_all, _ = self.target.unroll(trained_obs, target_state, **trained_extra)
         with tf.GradientTape() as tape:
             # 3. Online network over the same steps, with gradient.
             q_online_all, _ = self.online.unroll(trained_obs, online_state, **trained_extra)
+            if uses_target and not runs_target:
+                q_target_all = tf.stop_gradient(q_online_all)
             q_online = q_online_all[:, : cfg.input_length]
             q_taken = tf.gather(q_online, actions, batch_dims=2)
             # 4. Double-Q n-step target at the bootstrap observation s_{t+K}, rescaled:
