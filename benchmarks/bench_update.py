@@ -2,10 +2,11 @@
 
 A cycle is what the agent does per update: one new sequence into the replay (carrying the
 moments of 4 rewards, as a record of 4 new env steps does) and `learner.step()` (sample,
-the compiled update, priorities). Two configurations: the CartPole preset and
-`memory_config` (rewards normalised, so the reward statistics merge every update), both
-with 1 TensorFlow thread. CPU time of the process (TensorFlow's threads included), the
-median of `--repeats` blocks of `--updates` cycles each.
+the compiled update, priorities). The configurations: the CartPole and masked-CartPole
+presets and `memory_config` (rewards normalised, so the reward statistics merge every
+update; also with `each_step_scored`), with `--set` overrides, all with 1 TensorFlow
+thread. CPU time of the process (TensorFlow's threads included), the median of
+`--repeats` blocks of `--updates` cycles each.
 
 `conversion_us_per_update` is the part of a cycle that turns one sampled batch (its
 fields, the importance weights and the reward moments: the update's flat inputs) into
@@ -18,6 +19,7 @@ on a shared machine. Prints one JSON object. Usage::
 
     python benchmarks/bench_update.py
     python benchmarks/bench_update.py --repeats 9 --updates 50
+    python benchmarks/bench_update.py --set target_update_interval=1   # every configuration
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ import numpy as np
 
 from r2d2_agent import compat
 from r2d2_agent.compat import tf
-from r2d2_agent.presets import cartpole_config, memory_config
+from r2d2_agent.presets import cartpole_config, masked_cartpole_config, memory_config
 from r2d2_agent.roles import R2D2Builder
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_learning import parse_overrides  # noqa: E402
 from header import report_header  # noqa: E402
 from replay_fill import fill_replay  # noqa: E402
 
@@ -111,18 +114,24 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--updates", type=int, default=50, help="cycles per repeat")
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="override, every config"
+    )
     args = parser.parse_args(argv)
+    overrides = parse_overrides(args.set)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     configs = {
-        "cartpole": cartpole_config(seed=0),
-        "memory": memory_config(input_shape=(4,), nb_actions=4, seed=0),
+        "cartpole": cartpole_config(seed=0, **overrides),
+        "masked": masked_cartpole_config(seed=0, **overrides),
+        "memory": memory_config(input_shape=(4,), nb_actions=4, seed=0, **overrides),
         "memory_each_step": memory_config(
-            input_shape=(4,), nb_actions=4, each_step_scored=True, seed=0
+            input_shape=(4,), nb_actions=4, each_step_scored=True, seed=0, **overrides
         ),
     }
     report = {
         **report_header("bench_update"),
+        "overrides": args.set,
         "cpu_ms_per_cycle": {},
         "conversion_us_per_update": {},
     }
