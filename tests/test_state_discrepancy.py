@@ -376,5 +376,8 @@ def test_small_batches_give_the_same_result(make_config):
     whole = state_discrepancy(network, config, episodes)
     # One window, one episode and one time step per network call.
     tiny = state_discrepancy(network, config, episodes, max_batch_bytes=1)
+    # The same up to float32 rounding: another batch size sums the matrix products in
+    # another order (1.6e-5 apart with numpy 2.4's BLAS), and a discrepancy is a
+    # difference of nearby Q-values, which keeps the rounding and not the magnitude.
     for name in VARIANTS:
-        np.testing.assert_allclose(tiny.by_step[name], whole.by_step[name], rtol=1e-5)
+        np.testing.assert_allclose(tiny.by_step[name], whole.by_step[name], rtol=1e-4)
