@@ -344,6 +344,27 @@ def _counting_unroll(network):
     return calls
 
 
+def _train_on_one_batch(learners, batch, after_step=None, steps=3):
+    """`steps` updates of each learner, all on `batch` (each its own `FixedReplay`);
+    `after_step(learner)` runs after each update."""
+    probabilities = np.full(len(batch["actions"]), 1.0 / len(batch["actions"]))
+    for learner in learners:
+        learner.replay = FixedReplay(batch, probabilities)
+        for _ in range(steps):
+            learner.step()
+            if after_step is not None:
+                after_step(learner)
+
+
+def _assert_same_updates(a, b, initial):
+    """`a` and `b` learned (away from `initial`) the same weights and priorities, but
+    for float rounding (a changed graph rounds differently)."""
+    assert weights_equal(a.get_weights(), b.get_weights(), atol=1e-6)
+    assert not weights_equal(a.get_weights(), initial, atol=1e-4)  # they learned
+    for (_, x), (_, y) in zip(a.replay.updates, b.replay.updates, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     "changes",
     [
@@ -370,23 +391,15 @@ def test_with_gamma_0_the_update_runs_no_target_network_and_learns_the_same(
     rng = np.random.default_rng(3)
     config = skipping.config
     batch = stack([make_sequence(config, rng, discount=0.0) for _ in range(config.batch_size)])
-    probabilities = np.full(config.batch_size, 1.0 / config.batch_size)
     target_calls = {id(x): _counting_unroll(x.target) for x in (skipping, full)}
     online_calls = {id(x): _counting_unroll(x.online) for x in (skipping, full)}
-    for learner in (skipping, full):
-        learner.replay = FixedReplay(batch, probabilities)
-        for _ in range(3):
-            learner.step()
+    _train_on_one_batch((skipping, full), batch)
     length, burnin = config.input_length, config.burnin
     assert target_calls[id(full)] == [burnin, length + 2]
     assert target_calls[id(skipping)] == ([burnin, length] if config.advantage_learning else [])
     assert online_calls[id(full)] == [burnin, length + 2]
     assert online_calls[id(skipping)] == [burnin, length]  # no look-ahead
-    # The same update but for float rounding (a changed graph rounds differently).
-    assert weights_equal(skipping.get_weights(), full.get_weights(), atol=1e-6)
-    assert not weights_equal(skipping.get_weights(), initial, atol=1e-4)  # they learned
-    for (_, a), (_, b) in zip(skipping.replay.updates, full.replay.updates, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5)
+    _assert_same_updates(skipping, full, initial)
 
 
 @pytest.mark.parametrize(
@@ -417,24 +430,20 @@ def test_with_a_target_copy_every_update_the_online_network_stands_in_for_it(
     rng = np.random.default_rng(5)
     config = alone.config
     batch = stack([make_sequence(config, rng) for _ in range(config.batch_size)])
-    probabilities = np.full(config.batch_size, 1.0 / config.batch_size)
     target_calls = {id(x): _counting_unroll(x.target) for x in (alone, copied)}
-    for learner in (alone, copied):
-        learner.replay = FixedReplay(batch, probabilities)
-        for _ in range(3):
-            learner.step()
-            if learner is copied:
-                learner.update_target()  # what interval 1 does after every update
+
+    def copy_into_target(learner):  # what interval 1 does after every update
+        if learner is copied:
+            learner.update_target()
+
+    _train_on_one_batch((alone, copied), batch, copy_into_target)
     assert target_calls[id(alone)] == []
     assert len(target_calls[id(copied)]) == 2  # burn-in and the trained (+ look-ahead) steps
-    assert weights_equal(alone.get_weights(), copied.get_weights(), atol=1e-6)
-    assert not weights_equal(alone.get_weights(), initial, atol=1e-4)  # they learned
+    _assert_same_updates(alone, copied, initial)
     assert not weights_equal(alone.target.get_weights(), alone.online.get_weights())  # no copy
     state = alone.save()  # a checkpoint holds the target the next update would read
     assert weights_equal(state.target_weights, alone.online.get_weights())
     assert weights_equal(alone.target.get_weights(), alone.online.get_weights())
-    for (_, a), (_, b) in zip(alone.replay.updates, copied.replay.updates, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.5])
