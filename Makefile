@@ -25,10 +25,10 @@ demo-single: $(STAMP)
 	$(BIN)/python examples/cartpole_single.py
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n 2 -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -14,6 +14,12 @@ Fixtures shared by the test modules:
 
 The session's local Ray clusters keep their session folders (logs, sockets) under a temp
 root of the test session (`RAY_TMPDIR`), removed at its end, not in `/tmp/ray`.
+
+`make test` runs the suite on two pytest-xdist workers (`pytest -n 2`), scheduled here by
+`pytest_xdist_make_scheduler`: the tests of a module stay on one worker (its
+module-scoped fixtures run once), and every test that starts or joins a Ray runs on one
+worker, one after the other (`ray start` takes Ray's default port, and a joining test
+must find the one cluster it started).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import r2d2_agent.compat  # noqa: E402,F401  (must come before any other TensorF
 
 # isort: split
 import multiprocessing
+import pathlib
 import re
 import shutil
 import tempfile
@@ -138,6 +145,39 @@ def no_leftovers() -> Iterator[None]:
     """
     yield
     _check_no_leftovers()
+
+
+RAY_MODULES = frozenset({"test_ray_backend.py", "test_ray_join.py"})
+"""Test modules whose every test starts or joins a Ray."""
+
+RAY_TESTS = frozenset(
+    {
+        "tests/test_readme.py::test_readme_blocks_run[ray]",
+        "tests/test_examples.py::test_the_cartpole_example_trains_on_ray",
+    }
+)
+"""Single tests of other modules that start a Ray."""
+
+
+def xdist_scope_of(nodeid: str) -> str:
+    """The pytest-xdist work unit of a test: "ray" for the tests that start a Ray,
+    otherwise its module's path."""
+    path = nodeid.split("::", 1)[0]
+    if pathlib.PurePath(path).name in RAY_MODULES or nodeid in RAY_TESTS:
+        return "ray"
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook; without pytest-xdist unused
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Sends each work unit of `xdist_scope_of` whole to one worker."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleOrRayScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope_of(nodeid)
+
+    return ModuleOrRayScheduling(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)

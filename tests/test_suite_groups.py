@@ -1,0 +1,88 @@
+"""How `make test` spreads the suite over two pytest-xdist workers (tests/conftest.py): a
+module's tests stay on one worker, and every test that starts a Ray runs on one worker."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import RAY_MODULES, RAY_TESTS, xdist_scope_of
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "scope"),
+    [
+        ("tests/test_config.py::test_a[x-1]", "tests/test_config.py"),
+        ("tests/test_ray_backend.py::test_b", "ray"),
+        ("tests/test_ray_join.py::test_c", "ray"),
+        ("tests/test_readme.py::test_readme_blocks_run[ray]", "ray"),
+        ("tests/test_readme.py::test_readme_blocks_run[agent]", "tests/test_readme.py"),
+        ("tests/test_examples.py::test_the_cartpole_example_trains_on_ray", "ray"),
+    ],
+)
+def test_a_test_goes_with_its_module_or_with_the_ray_tests(nodeid, scope):
+    assert xdist_scope_of(nodeid) == scope
+
+
+def test_the_ray_tests_named_outside_the_ray_modules_exist():
+    """A renamed Ray test would silently leave the Ray group: the names must collect."""
+    files = sorted({nodeid.split("::")[0] for nodeid in RAY_TESTS})
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    assert sorted(RAY_TESTS - set(collected)) == []
+    assert all((ROOT / "tests" / name).is_file() for name in RAY_MODULES)
+
+
+_RECORDING_TESTS = textwrap.dedent("""
+    import os
+    import pytest
+
+    def record(kind):
+        with open(os.environ["RECORD"], "a") as f:
+            f.write(kind + " " + os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+    @pytest.mark.parametrize("i", range(6))
+    def test_{name}(i):
+        record("{module}")
+""")
+
+
+def test_two_workers_keep_modules_and_the_ray_tests_together(tmp_path):
+    """A real two-worker session over stand-in modules: each module's tests on one worker,
+    the Ray modules' and the single Ray tests' on one."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    shutil.copy(ROOT / "tests" / "conftest.py", tests / "conftest.py")
+    modules = {"test_a.py": "a", "test_b.py": "b", **{m: "ray" for m in RAY_MODULES}}
+    for i, (module, kind) in enumerate(modules.items()):
+        (tests / module).write_text(_RECORDING_TESTS.format(name=f"t{i}", module=kind))
+    (tests / "test_examples.py").write_text(
+        _RECORDING_TESTS.format(name="other", module="examples")
+        + "\ndef test_the_cartpole_example_trains_on_ray():\n    record('ray')\n"
+    )
+    record = tmp_path / "record.txt"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", "tests"],
+        cwd=tmp_path,
+        env={**os.environ, "RECORD": str(record)},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    workers: dict[str, set[str]] = {}
+    for line in record.read_text().splitlines():
+        module, worker = line.split()
+        workers.setdefault(module, set()).add(worker)
+    assert {m: len(w) for m, w in workers.items()} == {"a": 1, "b": 1, "ray": 1, "examples": 1}
+    assert len(set().union(*workers.values())) == 2  # both workers had work
