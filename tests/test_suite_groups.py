@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,22 @@ def test_the_ray_tests_named_outside_the_ray_modules_exist():
     ).stdout.splitlines()
     assert sorted(RAY_TESTS - set(collected)) == []
     assert all((ROOT / "tests" / name).is_file() for name in RAY_MODULES)
+
+
+_USES_RAY = re.compile(r"""importorskip\(["']ray["']\)|^import ray|backend=["']ray["']""", re.M)
+
+
+def test_every_module_that_uses_ray_has_its_ray_tests_named():
+    """A new module that starts a Ray must join the Ray group (conftest's `RAY_MODULES` or
+    `RAY_TESTS`), or it could run beside another Ray."""
+    using = {
+        path.name
+        for path in (ROOT / "tests").glob("test_*.py")
+        if _USES_RAY.search(path.read_text())
+    }
+    named = RAY_MODULES | {pathlib.PurePath(n.split("::")[0]).name for n in RAY_TESTS}
+    assert sorted(using - named) == []
+    assert {"test_examples.py", "test_readme.py", "test_ray_backend.py"} <= using  # it sees
 
 
 _RECORDING_TESTS = textwrap.dedent("""
