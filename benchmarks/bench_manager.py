@@ -117,6 +117,7 @@ def run_throughput(
         "env_steps_per_s_total": round(sum(per_actor), 1),
         "learner_updates_per_s": round((b.learner_updates - a.learner_updates) / dt, 1),
         "sequences_per_s": round((b.sequences_received - a.sequences_received) / dt, 1),
+        "weights_publishes_per_s": round((b.weights_version - a.weights_version) / dt, 1),
         "env_steps_per_update": round(result.env_steps / max(result.learner_updates, 1), 1),
         "actor_tensorflow_loaded": [i.get("tensorflow_loaded") for i in result.actor_info],
         "learner_seconds": result.learner_info.get("seconds"),

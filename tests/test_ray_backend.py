@@ -45,6 +45,7 @@ from r2d2_agent.distributed.ray_backend.board import (
 from r2d2_agent.distributed.ray_backend.channels import (
     Inbox,
     InboxReceiver,
+    ObjectStorePublisher,
     ObjectStoreSubscriber,
 )
 from r2d2_agent.networks.weights_io import split_published
@@ -190,6 +191,31 @@ def test_subscriber_fetches_only_a_newer_version(monkeypatch):
     latest[0] = PublishedWeights(2, ["ref2"])
     assert subscriber.pull_if_newer() is not None and subscriber.version == 2
     assert fetched == ["ref1", "ref2"]
+
+
+class _Remote:
+    """A Ray method handle's stand-in: records `remote` calls."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def remote(self, *args):
+        self.calls.append(args)
+
+
+def test_publisher_puts_each_publish_once_and_registers_its_reference(monkeypatch):
+    puts = []
+    monkeypatch.setattr(channels.ray, "put", lambda value: puts.append(value) or f"ref{len(puts)}")
+    board = SimpleNamespace(publish=_Remote())
+    publisher = ObjectStorePublisher(board, min_interval=0.2)
+    assert publisher.publish([np.ones(2)]) == 1 and publisher.publish([np.zeros(2)]) == 2
+    assert [p[0].tolist() for p in puts] == [[1.0, 1.0], [0.0, 0.0]]
+    assert board.publish.calls == [
+        (PublishedWeights(1, ["ref1"]),),
+        (PublishedWeights(2, ["ref2"]),),
+    ]
+    # actors read new weights once per report: the learner's loop publishes no more often
+    assert publisher.min_interval == 0.2 and ObjectStorePublisher(board).min_interval == 0.0
 
 
 def test_board_passes_stop_requests_to_the_driver_once():

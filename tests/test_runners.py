@@ -332,6 +332,71 @@ def test_learner_runner_publishes_again_when_an_end_hook_replaced_the_weights(re
     assert [int(w[0][0]) for w in publisher.published] == published
 
 
+class SlowReadPublisher(ListPublisher):
+    """A publisher whose subscribers read at most once per `min_interval` seconds; it
+    records the clock at each publish."""
+
+    def __init__(self, min_interval: float, clock) -> None:
+        super().__init__()
+        self.min_interval, self.clock, self.times = min_interval, clock, []
+
+    def publish(self, arrays):
+        self.times.append(self.clock())
+        return super().publish(arrays)
+
+
+@pytest.mark.parametrize(
+    ("min_interval", "published"),
+    [
+        (0.0, [0, 4, 8, 12, 16, 20, 24, 25]),  # every 4 updates, and the last
+        (10.0, [0, 10, 20, 25]),  # due at 4, 8 -> at 10 s; due at 12 -> at 20 s; the last
+    ],
+)
+def test_learner_runner_publishes_no_sooner_than_the_publishers_min_interval(
+    min_interval, published
+):
+    learner = FakeLearner()
+    publisher = SlowReadPublisher(min_interval, clock=lambda: float(learner.updates))
+    runner = LearnerRunner(
+        learner,
+        ListReceiver(items(100)),
+        publisher,
+        publish_interval=4,
+        nb_trains=25,
+        receive_timeout=0.0,
+        clock=publisher.clock,  # one second per update
+    )
+    runner.run(lambda: False)
+    assert [int(w[0][0]) for w in publisher.published] == published
+    assert runner.version == len(published)
+
+
+def test_learner_runner_publishes_a_due_publish_while_it_waits_for_experience():
+    # 6 items of 4 env steps at 4 env steps per update: after the warm-up's 2 items the
+    # learner trains 4 updates (and the tolerance's 2) in its first iterations, then
+    # waits; the clock counts iterations.
+    iterations: list[int] = []
+    learner = FakeLearner(warmup=2)
+    publisher = SlowReadPublisher(30.0, clock=lambda: float(len(iterations)))
+    runner = LearnerRunner(
+        learner,
+        ListReceiver(items(6)),
+        publisher,
+        publish_interval=4,
+        env_steps_per_update=4,
+        ratio_tolerance=2,
+        receive_batch=2,
+        receive_timeout=0.0,
+        clock=publisher.clock,
+    )
+    runner.run(lambda: iterations.append(1) or len(iterations) > 100)
+    assert learner.updates == 6
+    # due at update 4, published at the first iteration 30 s (iterations) after the
+    # first publish, with what the learner held then (6 updates); none again at the end
+    assert [int(w[0][0]) for w in publisher.published] == [0, 6]
+    assert publisher.times == [0.0, 30.0]
+
+
 def test_learner_runner_keeps_the_last_version_and_metrics(learner_run):
     assert learner_run.runner.version == 4 and learner_run.runner.metrics == {"loss": 0.1}
 

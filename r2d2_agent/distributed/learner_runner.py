@@ -1,13 +1,15 @@
 """`LearnerRunner`: the learner's loop, written against the transport interfaces only.
 
 Each iteration drains experience into replay (waiting only when it cannot train), does at
-most one update and publishes the online weights every `publish_interval` updates. A
+most one update and publishes the online weights every `publish_interval` updates (no
+sooner than the publisher's `min_interval` seconds after the previous publish). A
 `RateLimiter` keeps learning and acting in a fixed ratio. The runner does not know whether
 its actors run in the same process, other processes or other machines.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -83,9 +85,13 @@ class LearnerRunner:
     """The learner loop: drain experience into replay, train, publish weights.
 
     Weights are published before the first update, every `publish_interval` updates and,
-    when the loop ends normally, after the last one. Without rate limiting the loop trains
-    as fast as it can and takes at most `receive_batch` items per update (so very fast
-    actors are still slowed down by back-pressure, never buffered without bound).
+    when the loop ends normally, after the last one. If the publisher has a
+    `min_interval` (Ray's: its actors learn of new weights only with their reports), a due
+    publish waits for the loop's first iteration (training or waiting) at least that many
+    seconds after the previous publish, and publishes the weights of that moment. Without
+    rate limiting the loop trains as fast as it can and takes at most `receive_batch`
+    items per update (so very fast actors are still slowed down by back-pressure, never
+    buffered without bound).
 
     Args:
         learner: An `R2D2Learner` (duck typing: `config`, `add`, `ready`, `step`,
@@ -105,6 +111,7 @@ class LearnerRunner:
         liveness: Shows the backend's stall watchdog that the loop is alive: a beat per
             iteration; the first trace and the callback hooks (a checkpoint may write
             gigabytes of replay) run as busy.
+        clock: Seconds of a monotonic clock (for the publisher's `min_interval`).
     """
 
     def __init__(
@@ -122,6 +129,7 @@ class LearnerRunner:
         callbacks: Sequence[Any] = (),
         progress: LearnerProgress | None = None,
         liveness: Liveness | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.learner = learner
         self.receiver = receiver
@@ -142,6 +150,10 @@ class LearnerRunner:
         """Env steps those items account for."""
         self.version = 0
         """Latest published weights version."""
+        self._clock = clock
+        self._published_at = -float("inf")  # clock of the latest publish
+        self._published_updates: int | None = None  # updates the latest publish held
+        self._publish_due = False
         self.metrics: dict[str, float] = {}
         """Metrics of the latest update."""
         self.time = TimeSplit()
@@ -168,7 +180,17 @@ class LearnerRunner:
         the new version."""
         with self.time.measure("publishing"):
             self.version = self.publisher.publish(self.learner.get_published_weights())
+        self._published_at = self._clock()
+        self._published_updates = self.updates
+        self._publish_due = False
         return self.version
+
+    def _publish_if_due(self) -> None:
+        """Publishes a due publish once the publisher's `min_interval` has passed."""
+        if self._publish_due and (
+            self._clock() - self._published_at >= self.publisher.min_interval
+        ):
+            self.publish()
 
     def _run_counts(self) -> tuple[int, int]:
         """The run's env steps (the learner's `counters()`, which knows a resumed run's
@@ -196,7 +218,7 @@ class LearnerRunner:
         while not should_stop() and (self.nb_trains is None or self.updates < self.nb_trains):
             self.liveness.beat()
             self._iteration()
-        if self.updates % self.publish_interval:
+        if self.updates != self._published_updates:
             self.publish()
         self.time.stop()
         replaced = getattr(self.learner, "weights_replaced", 0)
@@ -226,6 +248,7 @@ class LearnerRunner:
             self.updates += 1
             self._hooks("on_r2d2_learner_train_end")
             if self.updates % self.publish_interval == 0:
-                self.publish()
+                self._publish_due = True
+        self._publish_if_due()
         if self.progress is not None:
             self.progress.on_learner_progress(self)

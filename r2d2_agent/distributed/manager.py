@@ -236,7 +236,8 @@ class R2D2Manager:
             nb_steps: Env steps over all actors.
             nb_trains: Learner updates.
             max_seconds: Wall-clock seconds, counted from the call (start-up included).
-            on_progress: Called in the parent about ten times a second with a `Progress`.
+            on_progress: Called in the parent about ten times a second with a `Progress`
+                (with Ray: once per `RayOptions.report_interval`, 0.2 s by default).
             resume_from: A checkpoint file (`CheckpointCallback`), or a directory of them
                 (its latest is used).
 

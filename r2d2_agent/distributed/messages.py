@@ -211,6 +211,12 @@ class ExperienceReceiver(abc.ABC):
 class WeightsPublisher(abc.ABC):
     """Learner side of the weights channel."""
 
+    min_interval: float = 0.0
+    """Seconds below which a second publish would go unread (actors of a transport that
+    learns of new weights only every so often): the learner's loop then leaves a due
+    publish for its first iteration that many seconds after the previous one, and
+    publishes the last weights when it ends. 0: every due publish at once."""
+
     @abc.abstractmethod
     def publish(self, arrays: Sequence[np.ndarray]) -> int:
         """Makes `arrays` the current weights; returns the new version (1, 2, ...)."""

@@ -5,7 +5,8 @@ Every process reports to it every `RayOptions.report_interval` seconds and reads
 flag in the reply (the reports, and heartbeats during declared long operations, are the
 signs of life the driver's stall watchdog reads); the learner registers each weights
 publish there (its version and the object-store reference, never the arrays); the driver
-reads a `BoardSnapshot` ten times a second. It is a plain class, so it is tested without Ray.
+reads a `BoardSnapshot` once per report interval. It is a plain class, so it is tested
+without Ray.
 """
 
 from __future__ import annotations

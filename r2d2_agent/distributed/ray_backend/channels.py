@@ -10,7 +10,8 @@
 * Weights: the learner puts the arrays in the object store once per publish and registers
   the reference with the run's board; the board's reply to an actor's periodic report
   carries the latest reference, and the actor fetches the arrays by reference only when
-  their version is newer than its own (no extra round trip per check).
+  their version is newer than its own (no extra round trip per check). As actors learn of
+  new weights only that way, the learner publishes at most once per report interval.
 """
 
 from __future__ import annotations
@@ -229,11 +230,16 @@ class ObjectStorePublisher(WeightsPublisher):
 
     Args:
         board: The run's board (a Ray actor handle).
+        min_interval: Seconds between two publishes (`WeightsPublisher.min_interval`):
+            the actors' report interval, as an actor learns of new weights only from
+            the reply to its report, so a second publish within one interval would go
+            unread (each is a `ray.put` of the arrays and a call on the board).
     """
 
-    def __init__(self, board: Any) -> None:
+    def __init__(self, board: Any, min_interval: float = 0.0) -> None:
         self._board = board
         self._version = 0
+        self.min_interval = float(min_interval)
 
     def publish(self, arrays: Sequence[np.ndarray]) -> int:
         self._version += 1

@@ -60,11 +60,13 @@ class RayOptions:
     """Seconds between a process's reports to the run's board (counters, stop flag,
     episode returns; the signs of life the stall watchdog reads): the delay before a
     process sees a stop (Ctrl-C, a time limit, a learner's `nb_trains`) and the grain of
-    the progress output. It does not bound the overshoot of `nb_steps`: the board leases
-    the budget out (an actor steps only below its lease, asking each report for about
-    three intervals' worth), so a run passes `nb_steps` by less than one actor step per
-    actor whatever the interval. 0.5 or more at hundreds of actors (one board serves
-    them all)."""
+    the progress output (the driver reads the board once per interval, at most ten times
+    a second). Actors learn of new weights from their reports' replies, so the learner
+    publishes at most once per interval too. It does not bound the overshoot of
+    `nb_steps`: the board leases the budget out (an actor steps only below its lease,
+    asking each report for about three intervals' worth), so a run passes `nb_steps` by
+    less than one actor step per actor whatever the interval. 0.5 or more at hundreds of
+    actors (one board serves them all)."""
     start_timeout: float = 300.0
     """Seconds a Ray actor may take to be placed and started (e.g. waiting for a node
     with free CPUs) before the run stops with an error instead of waiting forever."""

@@ -3,9 +3,10 @@
 It connects to Ray (or starts a local instance, and then shuts it down at the end; Ray
 started by the user is left running), checks that the cluster has the CPUs and GPUs the
 run asks for, then starts the run's board, the learner and the actors as Ray actors
-(actors spread over the nodes by default). Ten times a second it reads the board's
-snapshot (counters, episode returns, stop requests) and the state of every worker: a
-worker that raised or whose process or node was lost is seen at that poll. An actor is
+(actors spread over the nodes by default). Once per report interval (at most ten times
+a second) it reads the board's snapshot (counters, episode returns, stop requests: they
+change with the workers' reports) and the state of every worker: a worker that raised or
+whose process or node was lost is seen at that poll. An actor is
 restarted up to `max_actor_restarts` times; a lost learner stops the run with
 `R2D2ProcessError` holding the remote traceback. Shutdown raises the board's stop flag,
 gives the workers `shutdown_timeout` seconds, kills what is left, and keeps the learner's
@@ -110,7 +111,8 @@ class RaySupervisor(BackendSupervisor):
         limits: When to stop.
         initial_weights: Weights the learner starts from, as it publishes them (None:
             fresh ones).
-        on_progress: Called in the driver about ten times a second with a `Progress`.
+        on_progress: Called in the driver once per `options.report_interval` (at most
+            ten times a second) with a `Progress`.
         resume: A checkpoint's state to continue from (counters and learner state).
         address: The Ray cluster to connect to (`ray.init(address=...)`); None: the Ray
             already initialised in this process, else `RAY_ADDRESS`, else a cluster
@@ -134,6 +136,7 @@ class RaySupervisor(BackendSupervisor):
         )
         self.address = address
         self.options = options or RayOptions()
+        self._poll_s = max(_POLL_S, self.options.report_interval)
         n = spec.nb_actors
         if resume is not None:
             counters = resume.counters
@@ -367,9 +370,9 @@ class RaySupervisor(BackendSupervisor):
         live = self._live()
         refs = [w.run_ref for w in live] + [w.place_ref for w in live if w.place is None]
         if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=_POLL_S)
+            ray.wait(refs, num_returns=len(refs), timeout=self._poll_s)
         else:
-            time.sleep(_POLL_S)
+            time.sleep(self._poll_s)
         self._refresh()
         for worker in live:  # the learner first: a lost learner explains the actors' ends
             self._check_placed(worker)

@@ -451,7 +451,7 @@ class LearnerWorker:
             learner = build_learner(learner_start)
         learner.run_counters = lambda: ray.get(board.run_counters.remote())
         bind_stop_requester(spec.callbacks, _stop_requester(board, "learner"))
-        publisher = ObjectStorePublisher(board)
+        publisher = ObjectStorePublisher(board, min_interval=interval)
         receiver = InboxReceiver(self._inbox)
         reporter = _LearnerBoardReporter(board, interval)
         runner = make_learner_runner(
