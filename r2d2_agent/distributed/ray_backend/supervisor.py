@@ -6,14 +6,14 @@ run asks for, then starts the run's board, the learner and the actors as Ray act
 (actors spread over the nodes by default). Once per report interval (at most ten times
 a second) it reads the board's snapshot (counters, episode returns, stop requests: they
 change with the workers' reports) and the state of every worker: a worker that raised or
-whose process or node was lost is seen at that poll. An actor is
-restarted up to `max_actor_restarts` times; a lost learner stops the run with
-`R2D2ProcessError` holding the remote traceback. Shutdown raises the board's stop flag,
-gives the workers `shutdown_timeout` seconds, kills what is left, and keeps the learner's
-final weights. SIGTERM or SIGHUP to the driver stops the run the same way (the learner
-writes its final checkpoint); Ray starts its workers in process groups of their own, so a
-signal to the driver's process group does not reach them, and a local Ray started for the
-run starts with SIGTERM and SIGHUP blocked, so they do not tear it down either.
+whose process or node was lost is seen at that poll. An actor is restarted up to
+`max_actor_restarts` times; a lost learner stops the run with `R2D2ProcessError` holding
+the remote traceback. Shutdown raises the board's stop flag, gives the workers
+`shutdown_timeout` seconds, kills what is left, and keeps the learner's final weights.
+SIGTERM or SIGHUP to the driver stops the run the same way (the learner writes its final
+checkpoint); Ray starts its workers in process groups of their own, so a signal to the
+driver's process group does not reach them, and a local Ray started for the run starts
+with SIGTERM and SIGHUP blocked, so they do not tear it down either.
 """
 
 from __future__ import annotations
