@@ -6,8 +6,9 @@ Sections (one JSON object is printed at the end):
   free-running: ``rate_limit=False``), env steps/s in total and learner updates/s over the
   steady part of a ``--seconds`` run, with ``backend="multiprocessing"`` and
   ``backend="ray"`` (a local Ray started once for all its runs, as on a one-node
-  cluster, and given ``--ray-settle`` seconds to start its idle workers), run one after
-  the other in this process.
+  cluster, and given ``--ray-settle`` seconds to start its idle workers), alternating in
+  this process (multiprocessing then Ray for each actor count), ``--rounds`` times over;
+  ``ray_over_multiprocessing`` gives each round's ratio of env steps/s and the median.
 * ``weights``: one weights publish (``ray.put`` of the arrays + registering the reference
   with the run's board) and one fetch by another process (asking the board for the
   reference, as an actor's report does, + ``ray.get`` by reference + a writable copy),
@@ -22,7 +23,7 @@ Sections (one JSON object is printed at the end):
 
 Usage::
 
-    python benchmarks/bench_ray.py [--seconds 30] [--actors 1 2 4] [--sections ...]
+    python benchmarks/bench_ray.py [--seconds 30] [--actors 1 2 4] [--rounds 3] [--sections ...]
 """
 
 from __future__ import annotations
@@ -44,35 +45,57 @@ import bench_manager  # noqa: E402  (a sibling script)
 
 
 def run_throughput(
-    actor_counts: list[int], seconds: float, backends: list[str], ray_settle: float = 10.0
+    actor_counts: list[int],
+    seconds: float,
+    backends: list[str],
+    ray_settle: float = 10.0,
+    rounds: int = 1,
 ) -> list[dict]:
     """Free-running runs per backend and actor count (Ray started once, then reused).
 
     Ray starts one idle Python worker per CPU it is given; their start-up (a few CPU
     seconds each) would fall into the first Ray run's measured part, so the runs begin
-    `ray_settle` seconds after `ray.init`.
+    `ray_settle` seconds after `ray.init`. With both backends the runs alternate
+    (multiprocessing, then Ray, for each actor count in turn), `rounds` times over, so
+    a machine whose speed drifts shares the drift out between the two.
     """
     import ray
 
+    uses_ray = "ray" in backends
+    if uses_ray:
+        os.environ.setdefault("RAY_worker_niceness", "0")  # as a Ray the manager starts
+        ray.init(num_cpus=max(os.cpu_count() or 1, 1 + max(actor_counts)), include_dashboard=False)
+        time.sleep(ray_settle)
     rows = []
-    if "multiprocessing" in backends:
-        for actors in actor_counts:
-            row = bench_manager.run_throughput(actors, True, seconds, rate_limit=False)
-            rows.append({"backend": "multiprocessing", **row})
-    if "ray" not in backends:
-        return rows
-    os.environ.setdefault("RAY_worker_niceness", "0")  # as a Ray the manager starts itself
-    ray.init(num_cpus=max(os.cpu_count() or 1, 1 + max(actor_counts)), include_dashboard=False)
-    time.sleep(ray_settle)
     try:
-        for actors in actor_counts:
-            row = bench_manager.run_throughput(
-                actors, True, seconds, rate_limit=False, backend="ray"
-            )
-            rows.append({"backend": "ray", **row})
+        for round_index in range(rounds):
+            for actors in actor_counts:
+                for backend in backends:
+                    extra = {"backend": "ray"} if backend == "ray" else {}
+                    row = bench_manager.run_throughput(
+                        actors, True, seconds, rate_limit=False, **extra
+                    )
+                    rows.append({"backend": backend, "round": round_index, **row})
     finally:
-        ray.shutdown()
+        if uses_ray:
+            ray.shutdown()
     return rows
+
+
+def ray_ratios(rows: list[dict]) -> dict[str, dict]:
+    """Ray's env steps/s over multiprocessing's, per actor count: each round's and
+    their median."""
+    rates = {(r["backend"], r["actors"], r["round"]): r["env_steps_per_s_total"] for r in rows}
+    ratios: dict[str, dict] = {}
+    for backend, actors, round_index in sorted(rates):
+        mp_rate = rates.get(("multiprocessing", actors, round_index))
+        if backend != "ray" or not mp_rate:
+            continue
+        ratio = round(rates[(backend, actors, round_index)] / mp_rate, 3)
+        ratios.setdefault(str(actors), {"per_round": []})["per_round"].append(ratio)
+    for entry in ratios.values():
+        entry["median"] = round(statistics.median(entry["per_round"]), 3)
+    return ratios
 
 
 class _Fetcher:
@@ -298,6 +321,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="per throughput run")
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="throughput runs per backend and actor count"
+    )
     parser.add_argument("--repeats", type=int, default=30, help="per weights measure")
     parser.add_argument(
         "--backends",
@@ -331,8 +357,9 @@ def main() -> None:
         out["weights"] = run_weights(args.repeats)
     if "throughput" in args.sections:
         out["throughput"] = run_throughput(
-            args.actors, args.seconds, args.backends, args.ray_settle
+            args.actors, args.seconds, args.backends, args.ray_settle, args.rounds
         )
+        out["ray_over_multiprocessing"] = ray_ratios(out["throughput"])
     print(json.dumps(out, indent=2))
 
 
