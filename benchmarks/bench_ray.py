@@ -345,6 +345,8 @@ def main() -> None:
         choices=["throughput", "weights", "experience", "calls"],
     )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
     out: dict = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "args": vars(args),
