@@ -114,6 +114,52 @@ def test_fit_counts_every_env_step(fit_60_steps):
     assert fit_60_steps.agent.step == 60
 
 
+class ResetRecorder(gym.Wrapper):
+    """Keeps the first observation of every reset (CartPole draws it from the env's RNG)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.starts: list[np.ndarray] = []
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        self.starts.append(np.array(observation))
+        return observation, info
+
+
+def reset_observations(seed, count):
+    """The first observations of `count` resets of a new CartPole-v1, the first seeded."""
+    env = gym.make("CartPole-v1")
+    starts = [env.reset(seed=seed)[0]] + [env.reset()[0] for _ in range(count - 1)]
+    env.close()
+    return np.array(starts)
+
+
+def test_fit_in_chunks_continues_the_envs_randomness(shared_agent):
+    env = ResetRecorder(gym.make("CartPole-v1"))
+    for _ in range(3):
+        shared_agent.fit(env, nb_steps=40, verbose=0)
+    expected = reset_observations(shared_agent.config.seed, len(env.starts))
+    np.testing.assert_array_equal(np.array(env.starts), expected)
+
+
+def test_fit_seeds_each_new_env_with_the_config_seed(shared_agent):
+    firsts = []
+    for _ in range(2):
+        env = ResetRecorder(gym.make("CartPole-v1"))
+        shared_agent.fit(env, nb_steps=5, verbose=0)
+        firsts.append(env.starts[0])
+    np.testing.assert_array_equal(firsts, reset_observations(shared_agent.config.seed, 1)[[0, 0]])
+
+
+def test_a_seed_set_on_the_env_is_used_by_the_next_fit(shared_agent):
+    env = GymnasiumEnv(ResetRecorder(gym.make("CartPole-v1")))
+    shared_agent.fit(env, nb_steps=5, verbose=0)
+    env.seed(123)
+    shared_agent.fit(env, nb_steps=5, verbose=0)
+    np.testing.assert_array_equal(env.env.starts[-1], reset_observations(123, 1)[0])
+
+
 def test_fit_past_int16_range_terminates_and_counts_exactly(make_agent):
     agent = make_agent()
     logs = _fit(agent, nb_steps=33_000)

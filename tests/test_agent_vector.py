@@ -16,6 +16,7 @@ import functools
 import gymnasium as gym
 import numpy as np
 import pytest
+from test_agent import ResetRecorder, reset_observations
 from test_vector_actor import (
     ENDS_AT_7,
     ENDS_EVERY_STEP,
@@ -303,6 +304,30 @@ def test_other_envs_reset_states_or_an_interrupted_fit_start_the_episodes_afresh
     assert _never_ending_env_steps(agent, fit_envs) == list(range(10))
     agent.fit(fit_envs, nb_steps=30, callbacks=[_InterruptAt(4)], verbose=0)
     assert _never_ending_env_steps(agent, fit_envs) == list(range(10))
+
+
+@pytest.mark.parametrize("kind", ["list", "vector_env"])
+def test_envs_restarted_afresh_are_not_seeded_again(make_config, kind):
+    """After `reset_states()` the same envs start new episodes, but from where their
+    randomness was: each env's resets over both fits are those of one env seeded once
+    with `seed + j` (seeded again, the restart would replay the first fit's starts)."""
+    agent = R2D2Agent(make_config(envs_per_actor=2, train_interval=10**6, seed=SEED))
+    agent.compile()
+    if kind == "list":
+        envs = [ResetRecorder(gym.make("CartPole-v1")) for _ in range(2)]
+        recorders = envs
+    else:
+        envs = gym.make_vec(
+            "CartPole-v1", num_envs=2, vectorization_mode="sync", wrappers=[ResetRecorder]
+        )
+        recorders = list(envs.envs)
+    agent.fit(envs, nb_steps=60, verbose=0)
+    agent.reset_states()
+    agent.fit(envs, nb_steps=60, verbose=0)
+    for j, recorder in enumerate(recorders):
+        assert len(recorder.starts) >= 2
+        expected = reset_observations(SEED + j, len(recorder.starts))
+        np.testing.assert_array_equal(np.array(recorder.starts), expected)
 
 
 def test_each_env_anneals_its_epsilon_over_env_steps_of_all_envs(make_config):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from typing import Any
 
 import numpy as np
@@ -111,6 +112,9 @@ class R2D2Agent(rl_core.Agent):
         # the last fit's N envs (as passed) and their loop, whose episodes a later fit
         # on the same envs continues
         self._vector_fit: tuple[Any, VectorEpisodeLoop] | None = None
+        # the envs (and vector envs) a fit has reset with `config.seed`: a later fit on
+        # one of them continues its randomness instead of replaying the first fit's episodes
+        self._seeded_envs: weakref.WeakSet[Any] = weakref.WeakSet()
         self.step = 0
         """Training env steps over all `fit` calls (continues from a resumed checkpoint)."""
         self.episodes = 0
@@ -575,6 +579,12 @@ class R2D2Agent(rl_core.Agent):
         optimizer state, env steps, updates, episodes) and `nb_steps` is the total: a
         checkpoint taken at 30,000 env steps and `nb_steps=50_000` train 20,000 more.
 
+        Each `fit` on one env starts a new episode. The first `fit` on an env resets it
+        with `config.seed` (when set); a later `fit` on the same env continues its
+        randomness, so training in chunks with a `test` between meets new initial states
+        in every chunk, not the first chunk's again (a seed set on the env with
+        `GymnasiumEnv.seed` is used by the next `fit`).
+
         **N envs** (`config.envs_per_actor = N > 1`): pass `env` as a list of N envs (or
         `GymnasiumEnv`s) or as a Gymnasium `VectorEnv` of N envs (`gymnasium.make_vec`,
         `SyncVectorEnv`, `AsyncVectorEnv`; left open, as a single env is). The agent
@@ -597,7 +607,8 @@ class R2D2Agent(rl_core.Agent):
         episodes where the last one stopped (recurrent states, frame stacks, partial
         sequences), so training in chunks with a `test` between records what one `fit`
         of the whole would; other envs, `reset_states()`, a restored checkpoint or a
-        `fit` stopped by Ctrl-C start every env afresh (reset with its seed).
+        `fit` stopped by Ctrl-C start every env afresh (a new episode; an env this agent
+        trained on before is not seeded again, its randomness goes on).
 
         Args:
             env: A Gymnasium env or a `GymnasiumEnv`; with `envs_per_actor = N > 1`, a
@@ -655,7 +666,7 @@ class R2D2Agent(rl_core.Agent):
         self.training = True
         if not isinstance(keras_env, GymnasiumEnv):
             return self._fit_vector(env, keras_env, int(nb_steps), callbacks, verbose, log_interval)
-        seed = self.config.seed if self.config.seed is not None else keras_env.take_seed()
+        seed = self._first_reset_seed(keras_env)
         self.actor.epsilon = self.training_epsilon()
         return run_keras_rl_loop(
             self,
@@ -719,6 +730,22 @@ class R2D2Agent(rl_core.Agent):
         finally:
             self._reset_playing_states()
 
+    def _first_reset_seed(self, keras_env: GymnasiumEnv) -> int | None:
+        """The seed of a single-env `fit`'s first reset: `config.seed` the first time this
+        agent trains on the env, then whatever seed was set on it (`GymnasiumEnv.seed`),
+        else None: a later `fit` continues the env's randomness, so that training in
+        chunks does not start every chunk from the first chunk's initial states."""
+        taken = keras_env.take_seed()  # config.seed, when it applies, wins over it
+        return self.config.seed if self._claim_config_seed(keras_env.env) else taken
+
+    def _claim_config_seed(self, env: Any) -> bool:
+        """Whether `fit` seeds `env` (one env, or a `VectorEnv`) from `config.seed`: only
+        the first time this agent trains on it (and only if the config has a seed)."""
+        if self.config.seed is None or env in self._seeded_envs:
+            return False
+        self._seeded_envs.add(env)
+        return True
+
     def _fit_vector(
         self,
         source: Any,
@@ -756,7 +783,8 @@ class R2D2Agent(rl_core.Agent):
     def _checked_training_envs(self, env: Any) -> GymnasiumEnv | tuple[EnvBatch, list]:
         """`fit`'s env: one env as a checked `GymnasiumEnv`; N envs (a list or a
         `VectorEnv`, N = `config.envs_per_actor`) as an `EnvBatch` with each env's seed
-        of its first reset (`config.seed + j`, else a `GymnasiumEnv`'s own seed)."""
+        of its first reset: `config.seed + j` the first time this agent trains on the env
+        (or `VectorEnv`), else a `GymnasiumEnv`'s own seed or None (its randomness goes on)."""
         n = self.config.envs_per_actor
         several = isinstance(env, (list, tuple)) or is_vector_env(env)
         if not several:
@@ -778,13 +806,15 @@ class R2D2Agent(rl_core.Agent):
                     self.config,
                     self.builder.observation_dtype,
                 )
-            seeds = [None if seed is None else seed + j for j in range(n)]
-            return GymVectorEnvBatch(env), seeds
+            seeded = self._claim_config_seed(env)
+            return GymVectorEnvBatch(env), [seed + j if seeded else None for j in range(n)]
         if n == 1:
             return self._checked_env(env[0])
         wrapped = [self._checked_env(e) for e in env]
         taken = [w.take_seed() for w in wrapped]
-        seeds = taken if seed is None else [seed + j for j in range(n)]
+        seeds = [
+            seed + j if self._claim_config_seed(w.env) else taken[j] for j, w in enumerate(wrapped)
+        ]
         return EnvList([w.env for w in wrapped]), seeds
 
     def _checked_env(self, env: Any) -> GymnasiumEnv:

@@ -29,9 +29,11 @@ def train_until_solved(
 
     This is the protocol of the peer benchmarks (`shared/peers`): a greedy evaluation of
     `eval_episodes` episodes every `eval_interval` training env steps; "solved" is the first
-    evaluation whose mean return reaches `threshold`. With `config.envs_per_actor = N > 1`
-    the agent trains on N envs from `make_env` (env steps of all N count; each chunk
-    continues the episodes the last one left running) and evaluates on one.
+    evaluation whose mean return reaches `threshold`. Each chunk starts a new training
+    episode on the same env, which continues its randomness (it is seeded with
+    `config.seed` once, by the first chunk). With `config.envs_per_actor = N > 1` the agent
+    trains on N envs from `make_env` (env steps of all N count; each chunk continues the
+    episodes the last one left running) and evaluates on one.
 
     Args:
         agent: A compiled `R2D2Agent`.
