@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import RAY_MODULES, RAY_TESTS, xdist_scope_of
+from conftest import RAY_MODULES, RAY_TESTS, SLOW_UNITS, slow_units_first, xdist_scope_of
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -69,23 +69,41 @@ _RECORDING_TESTS = textwrap.dedent("""
         with open(os.environ["RECORD"], "a") as f:
             f.write(kind + " " + os.environ["PYTEST_XDIST_WORKER"] + "\\n")
 
-    @pytest.mark.parametrize("i", range(6))
+    @pytest.mark.parametrize("i", range({count}))
     def test_{name}(i):
         record("{module}")
 """)
 
 
+def test_the_slow_units_go_first_in_their_order_and_the_rest_keep_theirs():
+    units = ["tests/test_a.py", "tests/test_learning.py", "tests/test_b.py", "ray"]
+    assert slow_units_first(units) == [
+        "ray",
+        "tests/test_learning.py",
+        "tests/test_a.py",
+        "tests/test_b.py",
+    ]
+
+
+def test_the_slow_units_exist():
+    """A renamed module would silently lose its place at the front."""
+    assert SLOW_UNITS[0] == "ray"
+    assert [unit for unit in SLOW_UNITS[1:] if not (ROOT / unit).is_file()] == []
+
+
 def test_two_workers_keep_modules_and_the_ray_tests_together(tmp_path):
     """A real two-worker session over stand-in modules: each module's tests on one worker,
-    the Ray modules' and the single Ray tests' on one."""
+    the Ray modules' and the single Ray tests' on one, and the slow units (the Ray group
+    and the examples) first, though a plain module has more tests than either."""
     tests = tmp_path / "tests"
     tests.mkdir()
     shutil.copy(ROOT / "tests" / "conftest.py", tests / "conftest.py")
     modules = {"test_a.py": "a", "test_b.py": "b", **{m: "ray" for m in RAY_MODULES}}
     for i, (module, kind) in enumerate(modules.items()):
-        (tests / module).write_text(_RECORDING_TESTS.format(name=f"t{i}", module=kind))
+        count = 30 if kind == "a" else 6  # by test count xdist would hand out "a" first
+        (tests / module).write_text(_RECORDING_TESTS.format(name=f"t{i}", module=kind, count=count))
     (tests / "test_examples.py").write_text(
-        _RECORDING_TESTS.format(name="other", module="examples")
+        _RECORDING_TESTS.format(name="other", module="examples", count=6)
         + "\ndef test_the_cartpole_example_trains_on_ray():\n    record('ray')\n"
     )
     record = tmp_path / "record.txt"
@@ -98,8 +116,11 @@ def test_two_workers_keep_modules_and_the_ray_tests_together(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-3000:]
     workers: dict[str, set[str]] = {}
+    first: dict[str, str] = {}  # each worker's first module
     for line in record.read_text().splitlines():
         module, worker = line.split()
         workers.setdefault(module, set()).add(worker)
+        first.setdefault(worker, module)
     assert {m: len(w) for m, w in workers.items()} == {"a": 1, "b": 1, "ray": 1, "examples": 1}
     assert len(set().union(*workers.values())) == 2  # both workers had work
+    assert sorted(first.values()) == ["examples", "ray"]
