@@ -190,7 +190,8 @@ def memory_window(memory_span: int) -> dict[str, int]:
     16-step window; from 128 steps (spans of 32 and more), `input_length // 8`, twice as
     much per env step. Measured on the memory suite (benchmarks/RESULTS.md, "Memory suite,
     seeds 0-4" and "Long spans"): a 20-step T-maze with a 32-step window reached a median
-    best greedy of 0.45 over seeds 0-4, with 64 steps 1.00; a cue named 30 steps later a
+    best greedy of 0.45 over seeds 0-4, with 64 steps 1.00 (0.40 since stop 49's fix of
+    `fit` in chunks, which these figures predate); a cue named 30 steps later a
     median of 0.50 with 32 steps, 0.80 with 64 (seeds 0-4); with a 128-step window, the
     50-step T-maze 0.40 training every 32 env steps and 0.50 every 16, a cue named 60 steps
     later -0.10 and 0.20, a 35-step T-maze 0.40 and 0.45 (medians of seeds 0-4).
@@ -236,11 +237,12 @@ def memory_config(
     window that covers the task's memory span (`memory_span`, see `memory_window`).
 
     Where it stands (best greedy normalised mean within 60k env steps, median of seeds
-    0-4, RecurrentPPO's beside it): "repeat the symbol 4 steps back" (a reward every step)
-    0.95 (0.42; 1.00 with `each_step_scored=True`), a 5-step T-maze 1.00
-    (1.00), a 20-step T-maze with `memory_span=20` 1.00 (0.65), a cue named 30 steps later
-    0.80 with the 64 steps `memory_span=31` gives (-0.10; 0.50 with a 32-step window);
-    "repeat 8 steps back" 0.14 with `each_step_scored=True` (-0.11; -0.44 without). For
+    0-4, RecurrentPPO's beside it; RESULTS.md stop 49): "repeat the symbol 4 steps back"
+    (a reward every step) 1.00 (0.42), "repeat 8 steps back" 1.00 with
+    `each_step_scored=True` (-0.11; -0.45 without), a 5-step T-maze 1.00 (1.00), a
+    12-step T-maze with `memory_span=12` 1.00 (0.70), a 20-step T-maze with
+    `memory_span=20` 0.40 (0.65: behind), a cue named 30 steps later 0.80 with the 64
+    steps `memory_span=31` gives (-0.10). For
     control tasks whose reward is survival (masked CartPole) keep `masked_cartpole_config`:
     with one-step returns this preset is slower and less steady there. See the README's
     "Choosing settings for your task".
