@@ -183,18 +183,19 @@ def memory_window(memory_span: int) -> dict[str, int]:
     A recurrent network learns to keep an observation only if one trained window holds
     both the step that shows it and the step that needs it (the gradient does not reach
     back into the burn-in or across windows), and while it explores the agent lives the
-    gap longer than it is (it waits, turns back, dithers at a junction). So the trained
+    gap longer than it is (it dawdles in a corridor, waits, turns back). So the trained
     window `input_length` is the smallest power of two above twice the span (and at least
-    16). `train_interval` grows with it: up to 64 steps, `input_length // 4` env steps per
-    update, so the learner trains on the same number of steps per env step as with the
-    16-step window; from 128 steps (spans of 32 and more), `input_length // 8`, twice as
-    much per env step. Measured on the memory suite (benchmarks/RESULTS.md, "Memory suite,
-    seeds 0-4" and "Long spans"): a 20-step T-maze with a 32-step window reached a median
-    best greedy of 0.45 over seeds 0-4, with 64 steps 1.00 (0.40 since stop 49's fix of
-    `fit` in chunks, which these figures predate); a cue named 30 steps later a
-    median of 0.50 with 32 steps, 0.80 with 64 (seeds 0-4); with a 128-step window, the
-    50-step T-maze 0.40 training every 32 env steps and 0.50 every 16, a cue named 60 steps
-    later -0.10 and 0.20, a 35-step T-maze 0.40 and 0.45 (medians of seeds 0-4).
+    16). `train_interval` is `input_length // 8` env steps per update (at least 4): the
+    learner replays each env step about 256 times (`batch_size` x `input_length` /
+    `train_interval`) in windows of 32 steps and more, 128 times in the 16-step window,
+    whose ratio the masked-CartPole ablation chose. Measured on the memory suite
+    (benchmarks/RESULTS.md, stop 50; medians of the best greedy normalised mean over seeds
+    0-4, RecurrentPPO's in brackets): a 20-step T-maze with its 64-step window went from
+    0.40 training every 16 env steps to 1.00 every 8 (0.65), a 12-step T-maze with 32
+    steps from 1.00 (two failing seeds) every 8 to 1.00 (none) every 4 (0.70); a
+    128-step window trained every 16 env steps instead of 32 took the 50-step T-maze from
+    0.40 to 0.50 and a cue named 60 steps later from -0.10 to 0.20 (stop 41). Twice the
+    updates cost up to twice the wall time of a run.
 
     Args:
         memory_span: The longest gap, in env steps, between an observation and the step
@@ -209,13 +210,13 @@ def memory_window(memory_span: int) -> dict[str, int]:
 
     Example:
         >>> memory_window(4), memory_window(20), memory_window(50)
-        ({'input_length': 16, 'train_interval': 4}, {'input_length': 64, 'train_interval': 16},
+        ({'input_length': 16, 'train_interval': 4}, {'input_length': 64, 'train_interval': 8},
          {'input_length': 128, 'train_interval': 16})
     """
     if isinstance(memory_span, bool) or not isinstance(memory_span, int) or memory_span < 0:
         raise ValueError(f"memory_span must be an int >= 0 (env steps), got {memory_span!r}")
     length = max(16, 1 << (2 * memory_span).bit_length())  # smallest power of two > 2 span
-    return dict(input_length=length, train_interval=length // (4 if length <= 64 else 8))
+    return dict(input_length=length, train_interval=max(4, length // 8))
 
 
 def memory_config(
@@ -291,7 +292,7 @@ def memory_config(
     Example:
         >>> config = memory_config(input_shape=(5,), nb_actions=3, memory_span=20, seed=0)
         >>> config.input_shape, config.input_length, config.train_interval
-        ((5,), 64, 16)
+        ((5,), 64, 8)
     """
     if not isinstance(each_step_scored, bool):
         raise ValueError(f"each_step_scored must be True or False, got {each_step_scored!r}")

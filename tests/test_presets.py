@@ -162,28 +162,28 @@ WINDOWS = [
     (0, 16, 4),
     (4, 16, 4),
     (7, 16, 4),  # 16 steps hold twice the span: 14
-    (8, 32, 8),
-    (15, 32, 8),
-    (16, 64, 16),
-    (20, 64, 16),
-    (31, 64, 16),
-    (32, 128, 16),  # from 128 steps on, twice the trained steps per env step
+    (8, 32, 4),
+    (15, 32, 4),
+    (16, 64, 8),
+    (20, 64, 8),
+    (31, 64, 8),
+    (32, 128, 16),
     (50, 128, 16),
     (100, 256, 32),
 ]
 
 
 @pytest.mark.parametrize(("span", "length", "interval"), WINDOWS)
-def test_memory_window_covers_twice_the_span_and_trains_long_windows_twice_as_often(
+def test_memory_window_covers_twice_the_span_and_replays_each_step_256_times(
     span, length, interval
 ):
     window = presets.memory_window(span)
     assert window == {"input_length": length, "train_interval": interval}
     assert window["input_length"] >= 2 * span + 1
-    # batch_size * input_length / train_interval trained steps per env step: as with 16 / 4
-    # up to 64-step windows, twice that from 128 steps on
+    # batch_size * input_length / train_interval trained steps per env step: 32 x 8 from
+    # 32-step windows on, 32 x 4 in the 16-step window (an update every 4 env steps)
     ratio = window["input_length"] / window["train_interval"]
-    assert ratio == (16 / 4 if length <= 64 else 2 * 16 / 4)
+    assert ratio == (8 if length >= 32 else 4)
 
 
 @pytest.mark.parametrize("span", [-1, 2.5, "20", True, None])
@@ -194,7 +194,7 @@ def test_memory_window_names_a_bad_span(span):
 
 def test_memory_config_takes_the_window_of_its_memory_span():
     config = presets.memory_config((3,), 2, memory_span=20)
-    assert (config.input_length, config.train_interval) == (64, 16)
+    assert (config.input_length, config.train_interval) == (64, 8)
     default = presets.memory_config((3,), 2)
     assert default.input_length == 16 and default.train_interval == 4
     assert presets.DEFAULT_MEMORY_SPAN == 7
@@ -244,7 +244,7 @@ def test_memory_config_names_a_bad_each_step_scored(value):
         (presets.masked_cartpole_config(), 250),
         (presets.cartpole_config(train_interval=8), 125),  # follows the update interval
         (presets.memory_config((3,), 2), 250),
-        (presets.memory_config((3,), 2, memory_span=20), 62),  # one update per 16 env steps
+        (presets.memory_config((3,), 2, memory_span=20), 125),  # one update per 8 env steps
         (presets.memory_config((3,), 2, memory_span=100), 31),
     ],
     ids=["cartpole", "masked", "cartpole_every_8", "memory", "memory_span_20", "memory_span_100"],
