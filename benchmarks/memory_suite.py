@@ -5,7 +5,7 @@ Tasks (`r2d2_agent.envs.memory`, plus CartPole and Acrobot): tmaze-5/20/35/50
 (`TMaze(length)`), cue-10/30/45/60 (`CueRecall(delay, 4 symbols)`), repeat-3/4/8
 (`RepeatPrevious(k, 4 symbols, 50 steps)`), repeat-6x8 (`RepeatPrevious(6, 8 symbols, 40
 steps)`: a check of a rule on a task it was not built on; tmaze-12, cue-20x6 and
-repeat-2x6 likewise, stop 46), masked-cartpole,
+repeat-2x6 likewise, stop 46; tmaze-16, stop 50), masked-cartpole,
 noisy-masked-cartpole (noise std 0.05), cartpole, acrobot (`Acrobot-v1`, fully observed:
 the control races' check that a preset change does not hurt a control task it was not
 tuned on). Returns are normalised to [-1, 1] through each task's `score_range`
@@ -102,6 +102,8 @@ TASKS: dict[str, tuple[str, dict[str, Any], int]] = {
     "tmaze-12": ("TMaze", {"length": 12}, 2_500),
     "cue-20x6": ("CueRecall", {"delay": 20, "symbols": 6}, 2_500),
     "repeat-2x6": ("RepeatPrevious", {"k": 2, "symbols": 6, "length": 30}, 2_500),
+    # Held out at stop 50: a size the train-interval rule was not chosen on
+    "tmaze-16": ("TMaze", {"length": 16}, 2_500),
     "masked-cartpole": ("masked", {}, 5_000),
     "noisy-masked-cartpole": ("NoisyMaskedCartPole", {"noise_std": 0.05}, 5_000),
     "cartpole": ("cartpole", {}, 5_000),
