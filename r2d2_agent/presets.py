@@ -190,12 +190,15 @@ def memory_window(memory_span: int) -> dict[str, int]:
     `train_interval`) in windows of 32 steps and more, 128 times in the 16-step window,
     whose ratio the masked-CartPole ablation chose. Measured on the memory suite
     (benchmarks/RESULTS.md, stop 50; medians of the best greedy normalised mean over seeds
-    0-4, RecurrentPPO's in brackets): a 20-step T-maze with its 64-step window went from
-    0.40 training every 16 env steps to 1.00 every 8 (0.65), a 12-step T-maze with 32
-    steps from 1.00 (two failing seeds) every 8 to 1.00 (none) every 4 (0.70); a
-    128-step window trained every 16 env steps instead of 32 took the 50-step T-maze from
-    0.40 to 0.50 and a cue named 60 steps later from -0.10 to 0.20 (stop 41). Twice the
-    updates cost up to twice the wall time of a run.
+    0-4, RecurrentPPO's in brackets): with a 64-step window, training every 8 env steps
+    instead of 16 took a 20-step T-maze from 0.40 to 1.00 (0.65), a cue named 30 steps
+    later from 0.80 to 1.00 (-0.10), one named 20 steps later among 6 symbols from 0.50
+    to 0.80 (0.10); with 32 steps, every 4 instead of 8, a 12-step T-maze kept 1.00 and
+    solved on every seed instead of three (0.70), "repeat 8 steps back" kept 1.00 and
+    solved sooner, but on four seeds instead of five (-0.11); a 128-step window trained
+    every 16 env steps instead of 32 took the 50-step T-maze from 0.40 to 0.50 and a cue
+    named 60 steps later from -0.10 to 0.20 (stop 41). Twice the updates cost up to twice
+    the wall time of a run.
 
     Args:
         memory_span: The longest gap, in env steps, between an observation and the step
@@ -238,12 +241,12 @@ def memory_config(
     window that covers the task's memory span (`memory_span`, see `memory_window`).
 
     Where it stands (best greedy normalised mean within 60k env steps, median of seeds
-    0-4, RecurrentPPO's beside it; RESULTS.md stop 49): "repeat the symbol 4 steps back"
-    (a reward every step) 1.00 (0.42), "repeat 8 steps back" 1.00 with
+    0-4, RecurrentPPO's beside it; RESULTS.md stops 49-50): "repeat the symbol 4 steps
+    back" (a reward every step) 1.00 (0.42), "repeat 8 steps back" 1.00 with
     `each_step_scored=True` (-0.11; -0.45 without), a 5-step T-maze 1.00 (1.00), a
     12-step T-maze with `memory_span=12` 1.00 (0.70), a 20-step T-maze with
-    `memory_span=20` 0.40 (0.65: behind), a cue named 30 steps later 0.80 with the 64
-    steps `memory_span=31` gives (-0.10). For
+    `memory_span=20` 1.00 (0.65), a cue named 30 steps later 1.00 with `memory_span=31`
+    (-0.10), a 50-step T-maze with `memory_span=50` 0.40 (0.50: behind). For
     control tasks whose reward is survival (masked CartPole) keep `masked_cartpole_config`:
     with one-step returns this preset is slower and less steady there. See the README's
     "Choosing settings for your task".
