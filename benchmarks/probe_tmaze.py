@@ -32,25 +32,23 @@ CHUNK = 2_500
 """Env steps between two probes (the memory suite's evaluation interval)."""
 
 
-def one_hot(index: int) -> np.ndarray:
-    """A T-maze observation with entry `index` set."""
-    obs = np.zeros(4, dtype=np.float32)
-    obs[index] = 1.0
-    return obs
+def start_with_cue(env, cue: int) -> np.ndarray:
+    """Resets `env` with its cue forced to `cue`; returns the first observation."""
+    env.reset()
+    env._cue = cue  # the probe picks the cue; the env has no public setter
+    return env._observation()
 
 
 def greedy_walk(agent, env, cue: int) -> dict:
     """One greedy episode of `env` with its cue forced to `cue`."""
-    env.reset()
-    env._cue = cue  # the probe picks the cue; the env has no public setter
-    prediction = agent.predict(one_hot(cue))
+    prediction = agent.predict(start_with_cue(env, cue))
     actions = []
     for _ in range(env.max_steps):
-        _, reward, terminated, truncated, _ = env.step(prediction.action)
+        obs, reward, terminated, truncated, _ = env.step(prediction.action)
         actions.append(prediction.action)
         if terminated or truncated:
             break
-        prediction = agent.predict(env._observation(), prediction.state)
+        prediction = agent.predict(obs, prediction.state)
     return {
         "cue": cue,
         "position": env._position,
@@ -60,12 +58,12 @@ def greedy_walk(agent, env, cue: int) -> dict:
     }
 
 
-def junction_q(agent, length: int, cue: int) -> list[float]:
-    """Q-values at the junction after the cue and `length` forward steps."""
-    prediction = agent.predict(one_hot(cue))
-    for step in range(length):
-        corridor = step < length - 1
-        prediction = agent.predict(one_hot(2 if corridor else 3), prediction.state)
+def junction_q(agent, env, cue: int) -> list[float]:
+    """Q-values at `env`'s junction after its cue and a forced walk down the corridor."""
+    prediction = agent.predict(start_with_cue(env, cue))
+    for _ in range(env.length):
+        obs, *_ = env.step(0)  # forward, whatever the policy says
+        prediction = agent.predict(obs, prediction.state)
     return [round(float(q), 3) for q in prediction.q_values]
 
 
@@ -97,7 +95,7 @@ def main() -> None:
         agent.fit(train_env, nb_steps=CHUNK, verbose=0)
         steps += CHUNK
         history = agent.test(eval_env, nb_episodes=20, visualize=False, verbose=0)
-        q = [junction_q(agent, args.length, cue) for cue in (0, 1)]
+        q = [junction_q(agent, walk_env, cue) for cue in (0, 1)]
         record = {
             "env_steps": steps,
             "greedy": round(float(np.mean(history.history["episode_reward"])), 3),
