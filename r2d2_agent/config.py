@@ -224,7 +224,9 @@ class R2D2Config:
     """ε of `R2D2Agent.test` and evaluations, a probability in [0, 1] (0 = greedy)."""
     seed: int | None = None
     """Global seed (an int >= 0); env j of actor i uses seed + i * envs_per_actor + j
-    (seed + i with one env per actor). None draws fresh randomness."""
+    (seed + i with one env per actor). A run resumed from a checkpoint counts from
+    `r2d2_agent.math.resumed_seed(seed, its env steps)` instead, so that it does not replay
+    the episodes the run began with. None draws fresh randomness."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_shape", tuple(int(d) for d in self.input_shape))

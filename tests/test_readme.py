@@ -305,6 +305,7 @@ DOCTESTED = [
     "r2d2_agent.callbacks.evaluation",
     "r2d2_agent.runlog.reader",
     "r2d2_agent.envs.memory",
+    "r2d2_agent.math.seeding",
 ]
 """Modules of the public API whose docstrings hold examples (`>>>`)."""
 

@@ -25,6 +25,7 @@ from r2d2_agent.checkpoints import (
     read_checkpoint,
     write_checkpoint,
 )
+from r2d2_agent.math import resumed_seed
 from r2d2_agent.presets import cartpole_config
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
@@ -143,6 +144,43 @@ def test_agent_save_checkpoint_with_replay_restores_the_replay(make_agent, cartp
     second = make_agent(seed=4)
     second.restore_checkpoint(path)
     assert len(second.learner.replay) == len(first.learner.replay) > 0
+
+
+class RecordResetsAndActions(gym.Wrapper):
+    """Keeps the seed of every reset and every action taken."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.seeds: list[int | None] = []
+        self.actions: list[int] = []
+
+    def reset(self, *, seed=None, options=None):
+        self.seeds.append(seed)
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.actions.append(int(action))
+        return self.env.step(action)
+
+
+def _resumed_fit(make_agent, checkpoint) -> RecordResetsAndActions:
+    env = RecordResetsAndActions(gym.make("CartPole-v1"))
+    make_agent(epsilon=1.0).fit(env, nb_steps=120, verbose=0, resume_from=checkpoint)
+    return env
+
+
+def test_a_resumed_fit_meets_new_episodes_not_the_runs_first(make_agent, tmp_path):
+    first_env = RecordResetsAndActions(gym.make("CartPole-v1"))
+    first = make_agent(epsilon=1.0)  # every action is the actor's random draw
+    first.fit(first_env, nb_steps=60, verbose=0)
+    checkpoint = first.save_checkpoint(tmp_path / "at_60.h5")
+    resumed, again = _resumed_fit(make_agent, checkpoint), _resumed_fit(make_agent, checkpoint)
+
+    seed = LEARNING["seed"]
+    assert first_env.seeds[0] == seed
+    assert resumed.seeds[0] == resumed_seed(seed, 60) != seed
+    assert resumed.actions[:30] != first_env.actions[:30]  # new exploration draws
+    assert (again.seeds, again.actions) == (resumed.seeds, resumed.actions)  # reproducible
 
 
 def test_fit_resume_from_an_incompatible_checkpoint_is_refused_before_training(

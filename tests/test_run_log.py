@@ -23,6 +23,7 @@ from r2d2_agent import R2D2Manager
 from r2d2_agent.callbacks import CheckpointCallback, R2D2Callback, RunLogCallback
 from r2d2_agent.checkpoints import checkpoint_files, read_checkpoint
 from r2d2_agent.compat import tf
+from r2d2_agent.math import resumed_seed
 from r2d2_agent.runlog import read_jsonl, read_run
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
@@ -61,6 +62,19 @@ class StopAfterEpisodes(R2D2Callback):
             and runner.weight_pulls >= self.pulls
         ):
             self.request_stop(f"at least {self.episodes} episodes done")
+
+
+class RecordActorSeeds(R2D2Callback):
+    """Writes each actor's env seeds, as it begins, to `directory/actor-<index>.json`."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__()
+        self.directory = directory
+
+    def on_r2d2_actor_begin(self, actor_index, runner):
+        path = os.path.join(self.directory, f"actor-{actor_index}.json")
+        with open(path, "w") as f:
+            json.dump(runner.env_seeds, f)
 
 
 class CustomMetrics(R2D2Callback):
@@ -107,9 +121,18 @@ def logged_run(make_config, tmp_path_factory, assert_no_leftovers):
     checkpoint = read_checkpoint(ckpt_dir)
     kept = [n for n, _ in checkpoint_files(ckpt_dir)]
     total = checkpoint.counters.env_steps + 300
-    with R2D2Manager(CARTPOLE, config, actor_num=2, callbacks=callbacks, progress=False) as manager:
+    seeds_dir = str(root / "seeds")
+    os.makedirs(seeds_dir)
+    resumed_callbacks = [*callbacks, RecordActorSeeds(seeds_dir)]
+    with R2D2Manager(
+        CARTPOLE, config, actor_num=2, callbacks=resumed_callbacks, progress=False
+    ) as manager:
         second = manager.train(nb_steps=total, max_seconds=300, resume_from=ckpt_dir)
     assert_no_leftovers()
+    resumed_seeds = {}
+    for index in (0, 1):
+        with open(os.path.join(seeds_dir, f"actor-{index}.json")) as f:
+            resumed_seeds[index] = json.load(f)
     return SimpleNamespace(
         first=first,
         first_log=first_log,
@@ -119,7 +142,15 @@ def logged_run(make_config, tmp_path_factory, assert_no_leftovers):
         second=second,
         second_log=read_run(run_dir),
         run_dir=run_dir,
+        config=config,
+        resumed_seeds=resumed_seeds,
     )
+
+
+def test_the_resumed_actors_do_not_replay_the_runs_first_episodes(logged_run):
+    base = resumed_seed(logged_run.config.seed, logged_run.checkpoint.counters.env_steps)
+    assert base not in (None, logged_run.config.seed)
+    assert logged_run.resumed_seeds == {0: [base], 1: [base + 1]}
 
 
 # ----------------------------------------------------------------- the user's stop ----

@@ -561,6 +561,23 @@ def test_every_env_of_every_actor_gets_its_own_seed_and_stream(make_config):
     assert streams == list(range(12))
 
 
+def test_a_resumed_run_counts_its_actors_seeds_from_the_resumed_seed(make_config):
+    from r2d2_agent.distributed.spec import RunSpec
+    from r2d2_agent.math import resumed_seed
+
+    spec = RunSpec(CARTPOLE, R2D2Builder(make_config(envs_per_actor=3, seed=10)), nb_actors=2)
+    base = resumed_seed(10, 4_000)
+    assert base != 10
+    seeds = [
+        spec.actor_seed(i, r, resumed_at=4_000) + j
+        for r in (0, 1)
+        for i in (0, 1)
+        for j in range(3)
+    ]
+    assert seeds == list(range(base, base + 12))
+    assert spec.actor_seed(1, 0, resumed_at=0) == 13  # a fresh run: as before
+
+
 def test_one_env_per_actor_keeps_the_seeds_and_rates_of_before(make_config):
     from r2d2_agent.distributed.spec import RunSpec
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from r2d2_agent.checkpoints import TrainingState
 from r2d2_agent.config import R2D2Config
+from r2d2_agent.math import resumed_seed
 from r2d2_agent.roles.builder import R2D2Builder
 
 __all__ = ["ActorStart", "LearnerStart", "RunOptions", "RunSpec", "TrainLimits"]
@@ -172,14 +173,17 @@ class RunSpec:
             return None
         return float(self.options.env_steps_per_update or self.config.train_interval)
 
-    def actor_seed(self, index: int, restarts: int) -> int | None:
+    def actor_seed(self, index: int, restarts: int, resumed_at: int = 0) -> int | None:
         """Seed of actor `index` after `restarts` restarts, that of its first env (env `j`
         uses it + j): `seed + index * envs_per_actor` at first, then shifted by all
         actors' envs per restart so a restarted actor does not replay its predecessor's
-        episodes."""
-        if self.config.seed is None:
+        episodes. A run resumed from a checkpoint at `resumed_at` env steps counts from
+        `resumed_seed(seed, resumed_at)` instead of `seed`, so that it does not replay the
+        episodes the run began with."""
+        base = resumed_seed(self.config.seed, resumed_at)
+        if base is None:
             return None
-        return self.config.seed + self.config.envs_per_actor * (index + self.nb_actors * restarts)
+        return base + self.config.envs_per_actor * (index + self.nb_actors * restarts)
 
     def actor_stream(self, index: int, restarts: int) -> int:
         """Stream id of actor `index` after `restarts` restarts (unique in the run; env

@@ -32,6 +32,7 @@ import numpy as np
 from r2d2_agent.checkpoints import TrainingState
 from r2d2_agent.distributed.reports import Progress, ProgressBar, TrainResult
 from r2d2_agent.distributed.spec import RunSpec, TrainLimits
+from r2d2_agent.math import resumed_seed
 
 __all__ = ["BackendSupervisor", "RunBook"]
 
@@ -258,6 +259,22 @@ class BackendSupervisor(abc.ABC):
         """The version of the latest weights read."""
         self.stopping = False
         """Whether `close` began."""
+
+    @property
+    def resumed_at(self) -> int:
+        """Env steps of the checkpoint this session resumes (0: a fresh run)."""
+        return 0 if self.resume is None else int(self.resume.counters.env_steps)
+
+    @property
+    def learner_seed(self) -> int | None:
+        """Seed of the learner process: the config's, moved on in a resumed run
+        (`resumed_seed`)."""
+        return resumed_seed(self.spec.config.seed, self.resumed_at)
+
+    def actor_seed(self, index: int, restarts: int) -> int | None:
+        """Seed of actor `index` after `restarts` restarts in this session
+        (`RunSpec.actor_seed`; a resumed run does not replay the run's first episodes)."""
+        return self.spec.actor_seed(index, restarts, self.resumed_at)
 
     def run(self) -> TrainResult:
         """Runs to the first limit; always cleans up; returns a `TrainResult`.

@@ -30,7 +30,7 @@ from r2d2_agent.config import R2D2Config
 from r2d2_agent.envs.checks import check_env_matches_config
 from r2d2_agent.envs.gymnasium_env import GymnasiumEnv, as_keras_rl_env
 from r2d2_agent.image_models import ImageModel
-from r2d2_agent.math import annealed_epsilon, apex_epsilon
+from r2d2_agent.math import annealed_epsilon, apex_epsilon, resumed_seed
 from r2d2_agent.replay.sizing import check_replay_fits
 from r2d2_agent.roles.builder import R2D2Builder
 from r2d2_agent.roles.episode_loop import EpisodeObserver, EpisodeResult, Transition
@@ -115,6 +115,9 @@ class R2D2Agent(rl_core.Agent):
         # the envs (and vector envs) a fit has reset with `config.seed`: a later fit on
         # one of them continues its randomness instead of replaying the first fit's episodes
         self._seeded_envs: weakref.WeakSet[Any] = weakref.WeakSet()
+        # the seed of this run's randomness: config.seed, moved on by a resume
+        # (`resumed_seed`) so that a resumed run does not replay the run's first episodes
+        self._run_seed = config.seed
         self.step = 0
         """Training env steps over all `fit` calls (continues from a resumed checkpoint)."""
         self.episodes = 0
@@ -308,10 +311,11 @@ class R2D2Agent(rl_core.Agent):
     def _make_vector_actor(self) -> R2D2VectorActor:
         """The actor of `fit`'s N envs, made once: it shares the acting policy (so
         `sync_actor` reaches it) and sends env `j`'s sequences on replay stream `j + 1`
-        (stream 0 is the single-env actor's), seeded with `config.seed + j`."""
+        (stream 0 is the single-env actor's), seeded with `config.seed + j` (in a
+        resumed run, its `resumed_seed` + j)."""
         if self._vector_actor is None:
             n = self.config.envs_per_actor
-            seed = self.config.seed
+            seed = self._run_seed
             adder = self.builder.make_vector_adder([_StreamSink(self, j + 1) for j in range(n)])
             self._vector_actor = self.builder.make_vector_actor(
                 self.actor.policy,
@@ -532,10 +536,21 @@ class R2D2Agent(rl_core.Agent):
         self.learner.restore(state)
         self.step = state.counters.env_steps
         self.episodes = state.counters.episodes
+        self._reseed(resumed_seed(self.config.seed, self.step))
         self.reset_states()
         self.sync_actor()
         logger.info("resumed from %s", state.describe())
         return state
+
+    def _reseed(self, seed: int | None) -> None:
+        """Starts this run's randomness from `seed`: the training actors' exploration and
+        the first reset of envs not trained on yet (a resumed checkpoint's
+        `resumed_seed`)."""
+        self._run_seed = seed
+        self.actor.reseed(seed)
+        if self._vector_actor is not None:
+            n = self._vector_actor.num_envs
+            self._vector_actor.reseed([None if seed is None else seed + j for j in range(n)])
 
     def request_stop(self, reason: str = "requested") -> None:
         """Ends the running `fit` or `test` before its next step (e.g. from a callback).
@@ -583,7 +598,10 @@ class R2D2Agent(rl_core.Agent):
         with `config.seed` (when set); a later `fit` on the same env continues its
         randomness, so training in chunks with a `test` between meets new initial states
         in every chunk, not the first chunk's again (a seed set on the env with
-        `GymnasiumEnv.seed` is used by the next `fit`).
+        `GymnasiumEnv.seed` is used by the next `fit`). A `fit` resumed from a checkpoint
+        seeds the first reset and the exploration from `resumed_seed(config.seed, the
+        checkpoint's env steps)` instead (`r2d2_agent.math`), so that a resumed run meets
+        new episodes, not those the run began with.
 
         **N envs** (`config.envs_per_actor = N > 1`): pass `env` as a list of N envs (or
         `GymnasiumEnv`s) or as a Gymnasium `VectorEnv` of N envs (`gymnasium.make_vec`,
@@ -736,12 +754,13 @@ class R2D2Agent(rl_core.Agent):
         else None: a later `fit` continues the env's randomness, so that training in
         chunks does not start every chunk from the first chunk's initial states."""
         taken = keras_env.take_seed()  # config.seed, when it applies, wins over it
-        return self.config.seed if self._claim_config_seed(keras_env.env) else taken
+        return self._run_seed if self._claim_config_seed(keras_env.env) else taken
 
     def _claim_config_seed(self, env: Any) -> bool:
         """Whether `fit` seeds `env` (one env, or a `VectorEnv`) from `config.seed`: only
-        the first time this agent trains on it (and only if the config has a seed)."""
-        if self.config.seed is None or env in self._seeded_envs:
+        the first time this agent trains on it (and only if the config has a seed; a
+        resumed run seeds from the checkpoint's `resumed_seed`)."""
+        if self._run_seed is None or env in self._seeded_envs:
             return False
         self._seeded_envs.add(env)
         return True
@@ -797,7 +816,7 @@ class R2D2Agent(rl_core.Agent):
         count = int(env.num_envs) if is_vector_env(env) else len(env)
         if count != n:
             raise ValueError(f"fit() got {count} envs, but envs_per_actor={n}")
-        seed = self.config.seed
+        seed = self._run_seed
         if is_vector_env(env):
             if self.processor is None:
                 check_env_matches_config(

@@ -21,11 +21,13 @@ from r2d2_agent.math.reward_scale import (
     reward_scale,
 )
 from r2d2_agent.math.schedules import annealed_epsilon, apex_epsilon, linear_schedule
+from r2d2_agent.math.seeding import SEED_LIMIT, resumed_seed
 from r2d2_agent.math.targets import action_gaps, n_step_returns, n_step_targets, td_errors
 
 __all__ = [
     "RESCALE_EPS",
     "REWARD_SCALE_EPS",
+    "SEED_LIMIT",
     "action_gaps",
     "annealed_epsilon",
     "apex_epsilon",
@@ -39,6 +41,7 @@ __all__ = [
     "n_step_targets",
     "rescale",
     "rescale_float",
+    "resumed_seed",
     "sign_float",
     "reward_scale",
     "sequence_priorities",

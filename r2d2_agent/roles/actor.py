@@ -59,6 +59,10 @@ class R2D2Actor:
         self._prev_reward = 0.0
         self.episode_started = False
 
+    def reseed(self, seed: int | None) -> None:
+        """Restarts the exploration's random draws from `seed` (a resumed run's)."""
+        self._rng = np.random.default_rng(seed)
+
     # Acme-style interface -------------------------------------------------------------
 
     def observe_first(self, observation: Any) -> None:

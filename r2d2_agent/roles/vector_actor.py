@@ -102,6 +102,16 @@ class R2D2VectorActor:
         """Each env's exploration rate."""
         return tuple(self._epsilons)
 
+    def reseed(self, seeds: Sequence[int | None]) -> None:
+        """Restarts each env's exploration draws from its seed (a resumed run's).
+
+        Raises:
+            ValueError: If there is not one seed per env.
+        """
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"one seed per env: {self.num_envs} envs, got {len(seeds)}")
+        self._rngs = [np.random.default_rng(seed) for seed in seeds]
+
     def set_epsilons(self, epsilons: Sequence[float]) -> None:
         """Sets each env's exploration rate (e.g. annealed).
 

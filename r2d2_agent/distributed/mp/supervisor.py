@@ -213,7 +213,7 @@ class Supervisor(BackendSupervisor):
             "learner",
             None,
             use_tensorflow=True,
-            seed=spec.config.seed,
+            seed=self.learner_seed,
             log_level=spec.log_level,
             tf_verbose=spec.options.tf_verbose,
         )
@@ -239,7 +239,7 @@ class Supervisor(BackendSupervisor):
         spec = self.spec
         exp_r, exp_w = self.ctx.Pipe(duplex=False)
         restarts = self.book.restarts[i]
-        seed = spec.actor_seed(i, restarts)
+        seed = self.actor_seed(i, restarts)
         start = ActorStart(
             spec,
             i,

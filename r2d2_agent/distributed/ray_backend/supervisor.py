@@ -270,7 +270,7 @@ class RaySupervisor(BackendSupervisor):
 
     def _setup(self, role: str, index: int | None, use_tf: bool, hide_gpu: bool) -> ChildSetup:
         spec = self.spec
-        seed = spec.config.seed if index is None else spec.actor_seed(index, self._restarts(index))
+        seed = self.learner_seed if index is None else self.actor_seed(index, self._restarts(index))
         return ChildSetup(
             role,
             index,
@@ -332,7 +332,7 @@ class RaySupervisor(BackendSupervisor):
         start = ActorStart(
             spec,
             i,
-            spec.actor_seed(i, restarts),
+            self.actor_seed(i, restarts),
             spec.actor_epsilon(i),
             self.limits.nb_steps,
             stream=spec.actor_stream(i, restarts),
