@@ -246,7 +246,8 @@ def memory_config(
     `each_step_scored=True` (-0.11; -0.45 without), a 5-step T-maze 1.00 (1.00), a
     12-step T-maze with `memory_span=12` 1.00 (0.70), a 20-step T-maze with
     `memory_span=20` 1.00 (0.65), a cue named 30 steps later 1.00 with `memory_span=31`
-    (-0.10), a 50-step T-maze with `memory_span=50` 0.40 (0.50: behind). For
+    (-0.10), a 50-step T-maze with `memory_span=50` 0.40 (0.50; both at the level of a
+    walk to the junction without memory of the cue, stop 51). For
     control tasks whose reward is survival (masked CartPole) keep `masked_cartpole_config`:
     with one-step returns this preset is slower and less steady there. See the README's
     "Choosing settings for your task".

@@ -163,24 +163,30 @@ class RecordResetsAndActions(gym.Wrapper):
         return self.env.step(action)
 
 
-def _resumed_fit(make_agent, checkpoint) -> RecordResetsAndActions:
-    env = RecordResetsAndActions(gym.make("CartPole-v1"))
-    make_agent(epsilon=1.0).fit(env, nb_steps=120, verbose=0, resume_from=checkpoint)
-    return env
+def _fit_recording(agent, nb_steps, **kwargs) -> list[RecordResetsAndActions]:
+    """`agent.fit` on `envs_per_actor` recording CartPoles; returns them."""
+    n = agent.config.envs_per_actor
+    envs = [RecordResetsAndActions(gym.make("CartPole-v1")) for _ in range(n)]
+    agent.fit(envs[0] if n == 1 else envs, nb_steps=nb_steps, verbose=0, **kwargs)
+    return envs
 
 
-def test_a_resumed_fit_meets_new_episodes_not_the_runs_first(make_agent, tmp_path):
-    first_env = RecordResetsAndActions(gym.make("CartPole-v1"))
-    first = make_agent(epsilon=1.0)  # every action is the actor's random draw
-    first.fit(first_env, nb_steps=60, verbose=0)
+@pytest.mark.parametrize("n", [1, 2], ids=["one env", "two envs per actor"])
+def test_a_resumed_fit_meets_new_episodes_not_the_runs_first(make_agent, tmp_path, n):
+    first = make_agent(epsilon=1.0, envs_per_actor=n)  # every action a random draw
+    first_envs = _fit_recording(first, 60)
     checkpoint = first.save_checkpoint(tmp_path / "at_60.h5")
-    resumed, again = _resumed_fit(make_agent, checkpoint), _resumed_fit(make_agent, checkpoint)
+    resumed, again = (
+        _fit_recording(make_agent(epsilon=1.0, envs_per_actor=n), 120, resume_from=checkpoint)
+        for _ in range(2)
+    )
 
-    seed = LEARNING["seed"]
-    assert first_env.seeds[0] == seed
-    assert resumed.seeds[0] == resumed_seed(seed, 60) != seed
-    assert resumed.actions[:30] != first_env.actions[:30]  # new exploration draws
-    assert (again.seeds, again.actions) == (resumed.seeds, resumed.actions)  # reproducible
+    seed, start = LEARNING["seed"], resumed_seed(LEARNING["seed"], first.step)
+    for j in range(n):
+        assert first_envs[j].seeds[0] == seed + j
+        assert resumed[j].seeds[0] == start + j != seed + j
+        assert resumed[j].actions[:20] != first_envs[j].actions[:20]  # new exploration draws
+        assert (again[j].seeds, again[j].actions) == (resumed[j].seeds, resumed[j].actions)
 
 
 def test_fit_resume_from_an_incompatible_checkpoint_is_refused_before_training(

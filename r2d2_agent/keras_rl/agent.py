@@ -768,7 +768,7 @@ class R2D2Agent(rl_core.Agent):
     def _fit_vector(
         self,
         source: Any,
-        envs: tuple[EnvBatch, list[int | None]],
+        envs: tuple[EnvBatch, list[tuple[bool, int | None]]],
         nb_steps: int,
         callbacks: list[Any] | None,
         verbose: int,
@@ -785,7 +785,8 @@ class R2D2Agent(rl_core.Agent):
         if kept is not None and _same_envs(kept[0], source) and kept[1].in_flight:
             loop, continuing = kept[1], True
         else:
-            batch, seeds = envs
+            batch, claims = envs
+            seeds = self._first_reset_seeds(claims)
             loop, continuing = VectorEpisodeLoop(batch, actor, seeds=seeds), False
         self._vector_fit = (tuple(source) if isinstance(source, list) else source, loop)
         return run_keras_rl_vector_loop(
@@ -799,11 +800,14 @@ class R2D2Agent(rl_core.Agent):
             continue_episodes=continuing,
         )
 
-    def _checked_training_envs(self, env: Any) -> GymnasiumEnv | tuple[EnvBatch, list]:
+    def _checked_training_envs(
+        self, env: Any
+    ) -> GymnasiumEnv | tuple[EnvBatch, list[tuple[bool, int | None]]]:
         """`fit`'s env: one env as a checked `GymnasiumEnv`; N envs (a list or a
-        `VectorEnv`, N = `config.envs_per_actor`) as an `EnvBatch` with each env's seed
-        of its first reset: `config.seed + j` the first time this agent trains on the env
-        (or `VectorEnv`), else a `GymnasiumEnv`'s own seed or None (its randomness goes on)."""
+        `VectorEnv`, N = `config.envs_per_actor`) as an `EnvBatch` with, per env, how its
+        first reset is seeded (`_first_reset_seeds`): `(True, None)` from the run's seed
+        (`config.seed + j`) the first time this agent trains on the env (or `VectorEnv`),
+        else `(False, a GymnasiumEnv's own seed or None)` (its randomness goes on)."""
         n = self.config.envs_per_actor
         several = isinstance(env, (list, tuple)) or is_vector_env(env)
         if not several:
@@ -816,7 +820,6 @@ class R2D2Agent(rl_core.Agent):
         count = int(env.num_envs) if is_vector_env(env) else len(env)
         if count != n:
             raise ValueError(f"fit() got {count} envs, but envs_per_actor={n}")
-        seed = self._run_seed
         if is_vector_env(env):
             if self.processor is None:
                 check_env_matches_config(
@@ -826,15 +829,22 @@ class R2D2Agent(rl_core.Agent):
                     self.builder.observation_dtype,
                 )
             seeded = self._claim_config_seed(env)
-            return GymVectorEnvBatch(env), [seed + j if seeded else None for j in range(n)]
+            return GymVectorEnvBatch(env), [(seeded, None)] * n
         if n == 1:
             return self._checked_env(env[0])
         wrapped = [self._checked_env(e) for e in env]
-        taken = [w.take_seed() for w in wrapped]
-        seeds = [
-            seed + j if self._claim_config_seed(w.env) else taken[j] for j, w in enumerate(wrapped)
+        claims = [(self._claim_config_seed(w.env), w.take_seed()) for w in wrapped]
+        return EnvList([w.env for w in wrapped]), claims
+
+    def _first_reset_seeds(self, claims: list[tuple[bool, int | None]]) -> list[int | None]:
+        """Each env's first-reset seed in a `fit` of N envs, from `_checked_training_envs`'
+        claims: the run's seed + j (`config.seed`, or a resumed checkpoint's
+        `resumed_seed`, known only once `fit` restored it) or the env's own."""
+        seed = self._run_seed
+        return [
+            seed + j if claimed and seed is not None else own
+            for j, (claimed, own) in enumerate(claims)
         ]
-        return EnvList([w.env for w in wrapped]), seeds
 
     def _checked_env(self, env: Any) -> GymnasiumEnv:
         """Wraps a Gymnasium env and checks its spaces against the config (unless a
