@@ -104,6 +104,9 @@ TASKS: dict[str, tuple[str, dict[str, Any], int]] = {
     "repeat-2x6": ("RepeatPrevious", {"k": 2, "symbols": 6, "length": 30}, 2_500),
     # Held out at stop 50: a size the train-interval rule was not chosen on
     "tmaze-16": ("TMaze", {"length": 16}, 2_500),
+    # Held out at stop 51: the 64-step window's sizes the rule of stop 50 was not chosen on
+    "tmaze-24": ("TMaze", {"length": 24}, 2_500),
+    "cue-25x5": ("CueRecall", {"delay": 25, "symbols": 5}, 2_500),
     "masked-cartpole": ("masked", {}, 5_000),
     "noisy-masked-cartpole": ("NoisyMaskedCartPole", {"noise_std": 0.05}, 5_000),
     "cartpole": ("cartpole", {}, 5_000),
