@@ -27,11 +27,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import ray
+import seed_recording
 from interrupting import interrupt_script
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
+from seed_recording import RecordActorSeeds, read_actor_seeds
 
 from r2d2_agent.callbacks import CheckpointCallback
+from r2d2_agent.checkpoints import read_checkpoint
 from r2d2_agent.distributed import R2D2Manager, R2D2ProcessError, ray_backend
 from r2d2_agent.distributed.messages import Experience
 from r2d2_agent.distributed.ray_backend import RayOptions, channels, workers
@@ -48,6 +51,7 @@ from r2d2_agent.distributed.ray_backend.channels import (
     ObjectStorePublisher,
     ObjectStoreSubscriber,
 )
+from r2d2_agent.math import resumed_seed
 from r2d2_agent.networks.weights_io import split_published
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
@@ -61,8 +65,9 @@ CLUSTER_CPUS = 4  # two nodes of 2 CPUs
 LOST_ACTOR_BUDGET = 5_000
 
 
-# Callbacks travel to the workers by value (this module is not importable there).
+# Callbacks travel to the workers by value (these modules are not importable there).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(seed_recording)
 
 
 class FailingLearnerCallback:
@@ -920,7 +925,7 @@ def test_ray_frozen_learner_is_killed_leaving_no_ray_actor(stalled_learner):
     assert stalled_learner.cpus_freed and not stalled_learner.learner_alive
 
 
-def _checkpointed_then_resumed(cluster, config, directory):
+def _checkpointed_then_resumed(cluster, config, directory, seeds_dir):
     ray.init(address=cluster.address)
     try:
         first = R2D2Manager(
@@ -930,10 +935,17 @@ def _checkpointed_then_resumed(cluster, config, directory):
             callbacks=[CheckpointCallback(directory, interval=10)],
             progress=False,
         ).train(nb_trains=30, max_seconds=240)
-        resumed = R2D2Manager(CARTPOLE, config, backend="ray", progress=False).train(
-            nb_trains=40, max_seconds=240, resume_from=directory
+        resumed = R2D2Manager(
+            CARTPOLE, config, backend="ray", callbacks=[RecordActorSeeds(seeds_dir)], progress=False
+        ).train(nb_trains=40, max_seconds=240, resume_from=directory)
+        return SimpleNamespace(
+            first=first,
+            resumed=resumed,
+            files=sorted(os.listdir(directory)),
+            checkpoint=read_checkpoint(directory),
+            resumed_seeds=read_actor_seeds(seeds_dir, 1),
+            config=config,
         )
-        return SimpleNamespace(first=first, resumed=resumed, files=sorted(os.listdir(directory)))
     finally:
         ray.shutdown()
 
@@ -941,7 +953,8 @@ def _checkpointed_then_resumed(cluster, config, directory):
 @pytest.fixture(scope="module")
 def checkpointed(cluster, run_config, tmp_path_factory):
     directory = tmp_path_factory.mktemp("ray_ckpt")
-    return _checkpointed_then_resumed(cluster, run_config(memory_warmup=20), directory)
+    seeds_dir = str(tmp_path_factory.mktemp("ray_seeds"))
+    return _checkpointed_then_resumed(cluster, run_config(memory_warmup=20), directory, seeds_dir)
 
 
 def test_ray_run_stops_for_nb_trains(checkpointed):
@@ -951,6 +964,15 @@ def test_ray_run_stops_for_nb_trains(checkpointed):
 
 def test_ray_learner_writes_checkpoints(checkpointed):
     assert "ckpt-0000000030.h5" in checkpointed.files
+
+
+def test_ray_resumed_actors_do_not_replay_the_runs_first_episodes(checkpointed):
+    """The resumed run's actor starts from the checkpoint's resumed seed (the last
+    checkpoint the first run wrote is the one it resumed from)."""
+    seed = checkpointed.config.seed
+    base = resumed_seed(seed, checkpointed.checkpoint.counters.env_steps)
+    assert base not in (None, seed)
+    assert checkpointed.resumed_seeds == {0: [base]}
 
 
 def test_ray_resumed_run_continues_the_counts(checkpointed):

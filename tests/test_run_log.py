@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import gymnasium as gym
 import pytest
+from seed_recording import RecordActorSeeds, read_actor_seeds
 
 from r2d2_agent import R2D2Manager
 from r2d2_agent.callbacks import CheckpointCallback, R2D2Callback, RunLogCallback
@@ -62,19 +63,6 @@ class StopAfterEpisodes(R2D2Callback):
             and runner.weight_pulls >= self.pulls
         ):
             self.request_stop(f"at least {self.episodes} episodes done")
-
-
-class RecordActorSeeds(R2D2Callback):
-    """Writes each actor's env seeds, as it begins, to `directory/actor-<index>.json`."""
-
-    def __init__(self, directory: str) -> None:
-        super().__init__()
-        self.directory = directory
-
-    def on_r2d2_actor_begin(self, actor_index, runner):
-        path = os.path.join(self.directory, f"actor-{actor_index}.json")
-        with open(path, "w") as f:
-            json.dump(runner.env_seeds, f)
 
 
 class CustomMetrics(R2D2Callback):
@@ -129,10 +117,7 @@ def logged_run(make_config, tmp_path_factory, assert_no_leftovers):
     ) as manager:
         second = manager.train(nb_steps=total, max_seconds=300, resume_from=ckpt_dir)
     assert_no_leftovers()
-    resumed_seeds = {}
-    for index in (0, 1):
-        with open(os.path.join(seeds_dir, f"actor-{index}.json")) as f:
-            resumed_seeds[index] = json.load(f)
+    resumed_seeds = read_actor_seeds(seeds_dir, 2)
     return SimpleNamespace(
         first=first,
         first_log=first_log,
