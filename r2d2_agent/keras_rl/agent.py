@@ -315,15 +315,16 @@ class R2D2Agent(rl_core.Agent):
         resumed run, its `resumed_seed` + j)."""
         if self._vector_actor is None:
             n = self.config.envs_per_actor
-            seed = self._run_seed
             adder = self.builder.make_vector_adder([_StreamSink(self, j + 1) for j in range(n)])
             self._vector_actor = self.builder.make_vector_actor(
-                self.actor.policy,
-                adder,
-                self.vector_epsilons,
-                [None if seed is None else seed + j for j in range(n)],
+                self.actor.policy, adder, self.vector_epsilons, self._env_seeds()
             )
         return self._vector_actor
+
+    def _env_seeds(self) -> list[int | None]:
+        """The exploration seeds of the N envs' actor: the run's seed + j (None: unseeded)."""
+        seed = self._run_seed
+        return [None if seed is None else seed + j for j in range(self.config.envs_per_actor)]
 
     def sync_actor(self) -> None:
         """Copies the learner's online weights into the acting policy (with
@@ -549,8 +550,7 @@ class R2D2Agent(rl_core.Agent):
         self._run_seed = seed
         self.actor.reseed(seed)
         if self._vector_actor is not None:
-            n = self._vector_actor.num_envs
-            self._vector_actor.reseed([None if seed is None else seed + j for j in range(n)])
+            self._vector_actor.reseed(self._env_seeds())
 
     def request_stop(self, reason: str = "requested") -> None:
         """Ends the running `fit` or `test` before its next step (e.g. from a callback).

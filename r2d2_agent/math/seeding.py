@@ -36,9 +36,7 @@ def resumed_seed(seed: int | None, env_steps: int) -> int | None:
         >>> resumed_seed(7, 5_000) == resumed_seed(7, 5_000) != resumed_seed(7, 10_000)
         True
     """
-    if isinstance(env_steps, bool) or not isinstance(env_steps, (int, np.integer)):
-        raise ValueError(f"env_steps must be an int >= 0, got {env_steps!r}")
-    if env_steps < 0:
+    if isinstance(env_steps, bool) or not isinstance(env_steps, (int, np.integer)) or env_steps < 0:
         raise ValueError(f"env_steps must be an int >= 0, got {env_steps!r}")
     if seed is None or env_steps == 0:
         return seed
