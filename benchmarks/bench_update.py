@@ -20,6 +20,7 @@ on a shared machine. Prints one JSON object. Usage::
     python benchmarks/bench_update.py
     python benchmarks/bench_update.py --repeats 9 --updates 50
     python benchmarks/bench_update.py --set target_update_interval=1   # every configuration
+    python benchmarks/bench_update.py --memory-span 26   # memory_config's 64-step window
 """
 
 from __future__ import annotations
@@ -117,21 +118,29 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--set", action="append", default=[], metavar="FIELD=VALUE", help="override, every config"
     )
+    parser.add_argument(
+        "--memory-span",
+        type=int,
+        default=None,
+        help="memory_config's memory_span (env steps; default: the preset's own)",
+    )
     args = parser.parse_args(argv)
+    span = {} if args.memory_span is None else {"memory_span": args.memory_span}
     overrides = parse_overrides(args.set)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     configs = {
         "cartpole": cartpole_config(seed=0, **overrides),
         "masked": masked_cartpole_config(seed=0, **overrides),
-        "memory": memory_config(input_shape=(4,), nb_actions=4, seed=0, **overrides),
+        "memory": memory_config(input_shape=(4,), nb_actions=4, seed=0, **span, **overrides),
         "memory_each_step": memory_config(
-            input_shape=(4,), nb_actions=4, each_step_scored=True, seed=0, **overrides
+            input_shape=(4,), nb_actions=4, each_step_scored=True, seed=0, **span, **overrides
         ),
     }
     report = {
         **report_header("bench_update"),
         "overrides": args.set,
+        "memory_span": args.memory_span,
         "cpu_ms_per_cycle": {},
         "conversion_us_per_update": {},
     }

@@ -30,6 +30,7 @@ from r2d2_agent.compat import keras, tf
 from r2d2_agent.config import InputType, R2D2Config
 from r2d2_agent.image_models import DQNImageModel, ImageModel
 from r2d2_agent.math.reward_scale import REWARD_SCALE_EPS, reward_scale
+from r2d2_agent.networks.lstm_unroll import unroll_lstm_cell
 
 __all__ = [
     "MAX_STATIC_UNROLL",
@@ -331,21 +332,8 @@ class R2D2Network:
         features = self.encoder(obs)
         if with_prev:
             features = self.prev_action_reward([features, prev_action, prev_reward])
-        # One unstack, not a slice per step: the gradient of `features[:, t]` is a
-        # zero-padded (batch, time, dim) tensor per step, summed over the steps (time^2
-        # work); the gradient of `tf.unstack` is one stack (benchmarks/RESULTS.md, 7.3).
-        inputs = tf.unstack(features, num=steps, axis=1)
-        keeps = None if mask is None else tf.unstack(mask[:, :, None], num=steps, axis=1)
-        h, c = (tf.convert_to_tensor(s, tf.float32) for s in state)
-        outputs = []
-        for t in range(steps):
-            out, (h_new, c_new) = self.lstm.cell(inputs[t], [h, c])
-            if keeps is None:
-                h, c = h_new, c_new
-            else:  # masked steps keep the previous state
-                h, c = tf.where(keeps[t], h_new, h), tf.where(keeps[t], c_new, c)
-            outputs.append(h)
-        return self.head(tf.stack(outputs, axis=1)), (h, c)
+        outputs, state = unroll_lstm_cell(self.lstm.cell, features, state, mask)
+        return self.head(outputs), state
 
     @property
     def reward_scale(self) -> float:
