@@ -7,9 +7,10 @@ recurrence, so `unroll_lstm_cell` computes it for all steps at once (one `(B·T,
 (F, 4H)` product with the bias added) and leaves one `h_{t-1} U` product per step; the
 gradient of `W` is then one product too, instead of one per step summed. Same math and
 weights as the cell (Keras's gate order i, f, c, o; sigmoid gates, tanh cell), the same
-outputs up to float rounding (tests/test_lstm_unroll.py). On the learner's update at
-`memory_config`'s 64-step window this takes about a quarter off its CPU time
-(benchmarks/RESULTS.md, "The LSTM's input projection once per sequence").
+outputs up to float rounding (tests/test_lstm_unroll.py). The learner's update takes
+0.86x the CPU time at `memory_config`'s 64-step window, 0.88x at the masked-CartPole
+preset (`benchmarks/bench_lstm_unroll.py`; benchmarks/RESULTS.md, "The LSTM's input
+projection once per sequence").
 """
 
 from __future__ import annotations
