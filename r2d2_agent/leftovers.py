@@ -18,6 +18,7 @@ it still lives:
     segment            /dev/shm/<prefix>_<tag>_<8 random hex>     e.g. r2d2_4242_81234567_…
     temp file          <dir>/.<target name>.<tag>.tmp           e.g. .ckpt-0000000100.h5.4242_…
     mp folder          <temp dir>/r2d2mp_<tag>_<8 random hex>    e.g. /tmp/r2d2mp_4242_…
+                       (in /tmp if the temp dir's path is too long for a Unix socket)
     tag (Linux)        <pid>_<start>_<host><boot><pidns>
     tag (elsewhere)    <pid>
 
@@ -75,6 +76,7 @@ __all__ = [
     "Leftover",
     "atomic_write",
     "find_mp_folders",
+    "mp_folder_dirs",
     "find_segments",
     "find_temp_files",
     "main",
@@ -94,7 +96,12 @@ SHM_DIR = "/dev/shm"
 """Where Linux shows POSIX shared-memory objects as files."""
 
 MP_FOLDER_PREFIX = "r2d2mp"
-"""The name prefix of a manager's multiprocessing folder (in `tempfile.gettempdir()`)."""
+"""The name prefix of a manager's multiprocessing folder (in `mp_folder_dirs()`)."""
+
+MP_FOLDER_FALLBACK_DIRS = ("/tmp", "/var/tmp", "/usr/tmp")
+"""Where a manager puts its multiprocessing folder when the temp folder's path is too long
+for the Unix socket inside it (`TMPDIR` deep in a job's scratch space): the first of
+these that is a writable folder short enough."""
 
 ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
 
@@ -339,10 +346,22 @@ def find_segments(shm_dir: str = SHM_DIR) -> list[Leftover]:
     return found
 
 
+def mp_folder_dirs() -> list[str]:
+    """The folders a manager's multiprocessing folder can be in: `tempfile.gettempdir()`,
+    then those of `MP_FOLDER_FALLBACK_DIRS` that exist (each folder once)."""
+    dirs: list[str] = []
+    for directory in (tempfile.gettempdir(), *MP_FOLDER_FALLBACK_DIRS):
+        if os.path.isdir(directory) and not any(os.path.samefile(directory, d) for d in dirs):
+            dirs.append(directory)
+    return dirs
+
+
 def find_mp_folders(temp_dir: str | None = None) -> list[Leftover]:
     """Managers' multiprocessing folders (`r2d2mp_<tag>_<8 hex>`, every run's, live or
-    not) in `temp_dir` (default `tempfile.gettempdir()`), sorted by path."""
-    temp_dir = tempfile.gettempdir() if temp_dir is None else temp_dir
+    not) in `temp_dir` (default: each of `mp_folder_dirs()`), sorted by path."""
+    if temp_dir is None:
+        found = [x for d in mp_folder_dirs() for x in find_mp_folders(d)]
+        return sorted(found, key=lambda x: x.path)
     found = []
     for name in sorted(os.listdir(temp_dir)):
         match = _SEGMENT_RE.match(name)
@@ -439,7 +458,8 @@ def reclaim_segments(shm_dir: str = SHM_DIR) -> list[Leftover]:
 
 def reclaim_mp_folders(temp_dir: str | None = None) -> list[Leftover]:
     """Removes the multiprocessing folders of dead managers (logged); returns them."""
-    return _reclaim(lambda: find_mp_folders(temp_dir), temp_dir or tempfile.gettempdir())
+    where = temp_dir or ", ".join(mp_folder_dirs())
+    return _reclaim(lambda: find_mp_folders(temp_dir), where)
 
 
 def reclaim_temp_files(
@@ -497,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{mark:8} {leftover.kind:9} {leftover.nbytes / 1e6:10.1f} MB  {leftover.path}"
             f"  ({leftover.reason})"
         )
-    where = f"{SHM_DIR}, {tempfile.gettempdir()}" + "".join(f", {d}" for d in args.directories)
+    where = ", ".join([SHM_DIR, *mp_folder_dirs(), *args.directories])
     print(f"{len(found)} found ({where}), {len(removed)} removed", file=sys.stderr)
     return 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import multiprocessing.connection
 import multiprocessing.process
 import multiprocessing.util
 import os
@@ -19,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -29,8 +31,10 @@ import pytest
 from r2d2_agent import leftovers
 from r2d2_agent.callbacks import CheckpointCallback
 from r2d2_agent.checkpoints import prune_checkpoints
+from r2d2_agent.distributed.mp import temp_folder
 from r2d2_agent.distributed.mp.temp_folder import use_owner_tagged_folder
 from r2d2_agent.leftovers import (
+    MP_FOLDER_FALLBACK_DIRS,
     find_mp_folders,
     find_segments,
     find_temp_files,
@@ -258,6 +262,35 @@ def test_a_multiprocessing_folder_in_use_is_kept(monkeypatch, tmp_path):
     monkeypatch.setitem(config, "tempdir", str(tmp_path))  # multiprocessing made one already
     assert use_owner_tagged_folder() == str(tmp_path)
     assert config["tempdir"] == str(tmp_path)
+
+
+@pytest.fixture
+def long_temp_dir(monkeypatch, tmp_path):
+    """`tempfile.gettempdir()` 70 characters long (a job's scratch folder), and no
+    multiprocessing folder yet in this process."""
+    long = tmp_path / ("t" * max(1, 70 - len(str(tmp_path)) - 1))
+    long.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    monkeypatch.setitem(multiprocessing.process.current_process()._config, "tempdir", None)
+    return str(long)
+
+
+def test_a_temp_folder_too_long_for_a_socket_puts_the_folder_where_one_fits(long_temp_dir):
+    folder = use_owner_tagged_folder()
+    try:
+        assert os.path.dirname(folder) == MP_FOLDER_FALLBACK_DIRS[0]
+        with multiprocessing.connection.Listener(family="AF_UNIX") as listener:
+            assert os.path.dirname(listener.address) == folder  # the socket binds in it
+        assert folder in [x.path for x in find_mp_folders()]  # where the next run looks
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_no_folder_short_enough_for_a_socket_is_a_clear_error(long_temp_dir, monkeypatch):
+    monkeypatch.setattr(temp_folder, "MP_FOLDER_FALLBACK_DIRS", ())
+    with pytest.raises(OSError, match=rf"{long_temp_dir}.*set TMPDIR to a folder of at most 40"):
+        use_owner_tagged_folder()
+    assert os.listdir(long_temp_dir) == []
 
 
 def test_the_folder_is_the_processs_multiprocessing_folder_and_names_its_owner(monkeypatch):

@@ -13,8 +13,10 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import textwrap
 import time
 from types import SimpleNamespace
@@ -724,13 +726,22 @@ _ORPHAN_SCRIPT = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def orphans(tmp_path_factory):
     """A run whose manager is SIGKILLed: its children are left to notice it alone (the
-    script's output ends once they exited: they hold its stderr)."""
+    script's output ends once they exited: they hold its stderr).
+
+    The run has a temp folder of its own (short: the manager's socket goes in it): a
+    manager started meanwhile by another test worker reclaims dead runs' folders in the
+    machine's temp folder, this one's too."""
     tmp_path = tmp_path_factory.mktemp("orphans")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
-    run = run_script(_ORPHAN_SCRIPT, tmp_path, env)
-    line = next(line for line in run.stdout.splitlines() if line.startswith("PIDS "))
-    run.children = json.loads(line[len("PIDS ") :])
-    return run
+    temp_dir = tempfile.mkdtemp(prefix="r2d2-orphans-")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TMPDIR": temp_dir}
+    try:
+        run = run_script(_ORPHAN_SCRIPT, tmp_path, env)
+        line = next(line for line in run.stdout.splitlines() if line.startswith("PIDS "))
+        run.children = json.loads(line[len("PIDS ") :])
+        run.temp_dir = temp_dir
+        yield run
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _running(pid: int) -> bool:
@@ -750,9 +761,9 @@ def test_children_of_a_dead_manager_exit_on_their_own(orphans):
 def test_a_dead_managers_multiprocessing_folder_names_it_and_the_next_run_can_reclaim_it(
     orphans,
 ):
-    folders = [x for x in find_mp_folders() if x.pid == orphans.pid]
+    folders = [x for x in find_mp_folders(orphans.temp_dir) if x.pid == orphans.pid]
     assert [x.owner for x in folders] == ["dead"]  # not an anonymous pymp-<random>
-    reclaim_mp_folders()
+    reclaim_mp_folders(orphans.temp_dir)
     assert not os.path.exists(folders[0].path)
 
 

@@ -7,6 +7,11 @@ on a Unix socket in the process's temp folder. Multiprocessing creates that fold
 behind under a name no later run can attribute. So the manager creates the folder itself
 before any child starts, as `r2d2mp_<owner tag>_<8 hex>` (`r2d2_agent.leftovers`), and
 the next run removes a dead owner's (`reclaim_mp_folders`).
+
+The socket's path must fit a Unix socket address (107 bytes on Linux): with the folder's
+48-character name and the socket's 17, a temp folder longer than 40 characters (a
+`TMPDIR` deep in a job's scratch space) would not. The folder then goes to the first
+short, writable one of `MP_FOLDER_FALLBACK_DIRS` (`/tmp`), where the next run also looks.
 """
 
 from __future__ import annotations
@@ -18,11 +23,48 @@ import os
 import shutil
 import tempfile
 
-from r2d2_agent.leftovers import MP_FOLDER_PREFIX, segment_name
+from r2d2_agent.leftovers import MP_FOLDER_FALLBACK_DIRS, MP_FOLDER_PREFIX, segment_name
 
 __all__ = ["use_owner_tagged_folder"]
 
 logger = logging.getLogger(__name__)
+
+_SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path is 108 with its NUL)
+_SOCKET_NAME = "listener-" + 8 * "x"  # multiprocessing's socket names in the folder
+
+
+def _fits(base: str, name: str) -> bool:
+    """Whether a socket in `base/name` has a path short enough to bind."""
+    return len(os.fsencode(os.path.join(base, name, _SOCKET_NAME))) <= _SOCKET_PATH_MAX
+
+
+def _folder_base(name: str) -> str:
+    """The temp folder, or if a socket there would not fit, the first writable fallback.
+
+    Raises:
+        OSError: if no folder fits (the temp folder too long and no fallback writable),
+            naming the temp folder and the longest path that would.
+    """
+    base = tempfile.gettempdir()
+    if _fits(base, name):
+        return base
+    for fallback in MP_FOLDER_FALLBACK_DIRS:
+        if os.path.isdir(fallback) and os.access(fallback, os.W_OK | os.X_OK):
+            if _fits(fallback, name):
+                logger.info(
+                    "the temp folder %s is too long a path for a Unix socket; the "
+                    "multiprocessing folder goes to %s",
+                    base,
+                    fallback,
+                )
+                return fallback
+    longest = _SOCKET_PATH_MAX - len(os.fsencode(os.path.join("", name, _SOCKET_NAME))) - 1
+    raise OSError(
+        f"the temp folder {base!r} ({len(os.fsencode(base))} bytes) is too long a path for "
+        f"the Unix socket multiprocessing makes in it, and none of "
+        f"{list(MP_FOLDER_FALLBACK_DIRS)} is a writable folder: set TMPDIR to a folder "
+        f"of at most {longest} bytes"
+    )
 
 
 def use_owner_tagged_folder() -> str:
@@ -41,7 +83,8 @@ def use_owner_tagged_folder() -> str:
     config = multiprocessing.process.current_process()._config  # noqa: SLF001
     folder = config.get("tempdir")
     if folder is None or not os.path.isdir(folder):
-        folder = os.path.join(tempfile.gettempdir(), segment_name(MP_FOLDER_PREFIX))
+        name = segment_name(MP_FOLDER_PREFIX)
+        folder = os.path.join(_folder_base(name), name)
         os.mkdir(folder, 0o700)
         multiprocessing.util.Finalize(
             None, shutil.rmtree, args=(folder,), kwargs={"ignore_errors": True}, exitpriority=-100
