@@ -16,6 +16,7 @@ import multiprocessing.process
 import multiprocessing.util
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -286,11 +287,26 @@ def test_a_temp_folder_too_long_for_a_socket_puts_the_folder_where_one_fits(long
         shutil.rmtree(folder)
 
 
-def test_no_folder_short_enough_for_a_socket_is_a_clear_error(long_temp_dir, monkeypatch):
+def test_no_folder_short_enough_for_a_socket_is_a_clear_error_naming_the_longest_that_is(
+    long_temp_dir, monkeypatch
+):
     monkeypatch.setattr(temp_folder, "MP_FOLDER_FALLBACK_DIRS", ())
-    with pytest.raises(OSError, match=rf"{long_temp_dir}.*set TMPDIR to a folder of at most 40"):
+    with pytest.raises(
+        OSError, match=rf"{long_temp_dir}.*set TMPDIR to a folder of at most"
+    ) as info:
         use_owner_tagged_folder()
     assert os.listdir(long_temp_dir) == []
+    longest = int(re.search(r"at most (\d+) bytes", str(info.value))[1])
+    just_fits = "/tmp/" + "s" * (longest - len("/tmp/"))  # a TMPDIR of that length works
+    os.mkdir(just_fits)
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", just_fits)
+        folder = use_owner_tagged_folder()
+        with multiprocessing.connection.Listener(family="AF_UNIX") as listener:
+            assert os.path.dirname(listener.address) == folder
+        assert os.path.dirname(folder) == just_fits
+    finally:
+        shutil.rmtree(just_fits)
 
 
 def test_the_folder_is_the_processs_multiprocessing_folder_and_names_its_owner(monkeypatch):

@@ -9,7 +9,7 @@ before any child starts, as `r2d2mp_<owner tag>_<8 hex>` (`r2d2_agent.leftovers`
 the next run removes a dead owner's (`reclaim_mp_folders`).
 
 The socket's path must fit a Unix socket address (107 bytes on Linux): with the folder's
-48-character name and the socket's 17, a temp folder longer than 40 characters (a
+name (about 48 characters) and the socket's 17, a temp folder longer than 40 (a
 `TMPDIR` deep in a job's scratch space) would not. The folder then goes to the first
 short, writable one of `MP_FOLDER_FALLBACK_DIRS` (`/tmp`), where the next run also looks.
 """
@@ -17,10 +17,12 @@ short, writable one of `MP_FOLDER_FALLBACK_DIRS` (`/tmp`), where the next run al
 from __future__ import annotations
 
 import logging
+import multiprocessing.connection
 import multiprocessing.process
 import multiprocessing.util
 import os
 import shutil
+import sys
 import tempfile
 
 from r2d2_agent.leftovers import MP_FOLDER_FALLBACK_DIRS, MP_FOLDER_PREFIX, segment_name
@@ -29,7 +31,8 @@ __all__ = ["use_owner_tagged_folder"]
 
 logger = logging.getLogger(__name__)
 
-_SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path is 108 with its NUL)
+# Bytes of a Unix socket's path: sun_path holds 108 with its NUL on Linux, 104 on macOS
+_SOCKET_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
 _SOCKET_NAME = "listener-" + 8 * "x"  # multiprocessing's socket names in the folder
 
 
@@ -46,8 +49,8 @@ def _folder_base(name: str) -> str:
             naming the temp folder and the longest path that would.
     """
     base = tempfile.gettempdir()
-    if _fits(base, name):
-        return base
+    if _fits(base, name) or "AF_UNIX" not in multiprocessing.connection.families:
+        return base  # (Windows hands connections over named pipes, not Unix sockets)
     for fallback in MP_FOLDER_FALLBACK_DIRS:
         if os.path.isdir(fallback) and os.access(fallback, os.W_OK | os.X_OK):
             if _fits(fallback, name):
