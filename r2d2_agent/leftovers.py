@@ -76,10 +76,10 @@ __all__ = [
     "Leftover",
     "atomic_write",
     "find_mp_folders",
-    "mp_folder_dirs",
     "find_segments",
     "find_temp_files",
     "main",
+    "mp_folder_dirs",
     "owner_status",
     "owner_tag",
     "reclaim_mp_folders",
@@ -349,11 +349,11 @@ def find_segments(shm_dir: str = SHM_DIR) -> list[Leftover]:
 def mp_folder_dirs() -> list[str]:
     """The folders a manager's multiprocessing folder can be in: `tempfile.gettempdir()`,
     then those of `MP_FOLDER_FALLBACK_DIRS` that exist (each folder once)."""
-    dirs: list[str] = []
+    dirs: dict[str, str] = {}  # real path -> as named
     for directory in (tempfile.gettempdir(), *MP_FOLDER_FALLBACK_DIRS):
-        if os.path.isdir(directory) and not any(os.path.samefile(directory, d) for d in dirs):
-            dirs.append(directory)
-    return dirs
+        if os.path.isdir(directory):
+            dirs.setdefault(os.path.realpath(directory), directory)
+    return list(dirs.values())
 
 
 def find_mp_folders(temp_dir: str | None = None) -> list[Leftover]:

@@ -39,6 +39,7 @@ from r2d2_agent.leftovers import (
     find_mp_folders,
     find_segments,
     find_temp_files,
+    mp_folder_dirs,
     owner_status,
     owner_tag,
     reclaim_mp_folders,
@@ -285,6 +286,15 @@ def test_a_temp_folder_too_long_for_a_socket_puts_the_folder_where_one_fits(long
         assert folder in [x.path for x in find_mp_folders()]  # where the next run looks
     finally:
         shutil.rmtree(folder)
+
+
+def test_the_next_run_looks_in_the_temp_folder_and_the_fallbacks_each_once(monkeypatch, tmp_path):
+    link = tmp_path / "temp"
+    link.symlink_to(MP_FOLDER_FALLBACK_DIRS[0])  # TMPDIR naming /tmp another way
+    monkeypatch.setattr(tempfile, "tempdir", str(link))
+    dirs = mp_folder_dirs()
+    assert dirs[0] == str(link) and MP_FOLDER_FALLBACK_DIRS[0] not in dirs
+    assert len({os.path.realpath(d) for d in dirs}) == len(dirs)  # no folder twice
 
 
 def test_no_folder_short_enough_for_a_socket_is_a_clear_error_naming_the_longest_that_is(
