@@ -247,8 +247,8 @@ def memory_config(
     12-step T-maze with `memory_span=12` 1.00 (0.70), a 20-step T-maze with
     `memory_span=20` 1.00 (0.65), a cue named 30 steps later 1.00 with `memory_span=31`
     (-0.10); held out, a 24-step T-maze 1.00 (0.65; rerun with other float rounding 0.55,
-    over seeds 0-13 0.80) and a cue among 5 symbols named 25 steps later 1.00 (-0.20;
-    rerun 0.80); a 50-step T-maze with `memory_span=50` 0.40 (0.50; both at
+    over seeds 0-13 0.80 against 0.55) and a cue among 5 symbols named 25 steps later
+    1.00 (-0.20; rerun 0.80); a 50-step T-maze with `memory_span=50` 0.40 (0.50; both at
     the level of a walk to the junction without memory of the cue, stop 51). For
     control tasks whose reward is survival (masked CartPole) keep `masked_cartpole_config`:
     with one-step returns this preset is slower and less steady there. See the README's
