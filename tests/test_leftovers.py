@@ -32,7 +32,6 @@ import pytest
 from r2d2_agent import leftovers
 from r2d2_agent.callbacks import CheckpointCallback
 from r2d2_agent.checkpoints import prune_checkpoints
-from r2d2_agent.distributed.mp import temp_folder
 from r2d2_agent.distributed.mp.temp_folder import use_owner_tagged_folder
 from r2d2_agent.leftovers import (
     MP_FOLDER_FALLBACK_DIRS,
@@ -300,7 +299,7 @@ def test_the_next_run_looks_in_the_temp_folder_and_the_fallbacks_each_once(monke
 def test_no_folder_short_enough_for_a_socket_is_a_clear_error_naming_the_longest_that_is(
     long_temp_dir, monkeypatch
 ):
-    monkeypatch.setattr(temp_folder, "MP_FOLDER_FALLBACK_DIRS", ())
+    monkeypatch.setattr(leftovers, "MP_FOLDER_FALLBACK_DIRS", ())
     with pytest.raises(
         OSError, match=rf"{long_temp_dir}.*set TMPDIR to a folder of at most"
     ) as info:

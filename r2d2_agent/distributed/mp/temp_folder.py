@@ -11,7 +11,8 @@ the next run removes a dead owner's (`reclaim_mp_folders`).
 The socket's path must fit a Unix socket address (107 bytes on Linux): with the folder's
 name (about 48 characters) and the socket's 17, a temp folder longer than 40 (a
 `TMPDIR` deep in a job's scratch space) would not. The folder then goes to the first
-short, writable one of `MP_FOLDER_FALLBACK_DIRS` (`/tmp`), where the next run also looks.
+writable one of `leftovers.MP_FOLDER_FALLBACK_DIRS` (`/tmp`) in which it fits: the
+folders the next run looks in (`leftovers.mp_folder_dirs`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import shutil
 import sys
 import tempfile
 
-from r2d2_agent.leftovers import MP_FOLDER_FALLBACK_DIRS, MP_FOLDER_PREFIX, segment_name
+from r2d2_agent.leftovers import MP_FOLDER_PREFIX, mp_folder_dirs, segment_name
 
 __all__ = ["use_owner_tagged_folder"]
 
@@ -42,31 +43,31 @@ def _fits(base: str, name: str) -> bool:
 
 
 def _folder_base(name: str) -> str:
-    """The temp folder, or if a socket there would not fit, the first writable fallback.
+    """The first of `mp_folder_dirs()` (the temp folder, then the fallbacks) that is
+    writable and in which a socket fits: where the next run looks, too.
 
     Raises:
-        OSError: if no folder fits (the temp folder too long and no fallback writable),
-            naming the temp folder and the longest path that would.
+        OSError: if none is, naming the temp folder and the longest path that would do.
     """
-    base = tempfile.gettempdir()
-    if _fits(base, name) or "AF_UNIX" not in multiprocessing.connection.families:
-        return base  # (Windows hands connections over named pipes, not Unix sockets)
-    for fallback in MP_FOLDER_FALLBACK_DIRS:
-        if os.path.isdir(fallback) and os.access(fallback, os.W_OK | os.X_OK):
-            if _fits(fallback, name):
+    if "AF_UNIX" not in multiprocessing.connection.families:
+        return tempfile.gettempdir()  # (Windows hands connections over named pipes)
+    candidates = mp_folder_dirs()
+    for base in candidates:
+        if _fits(base, name) and os.access(base, os.W_OK | os.X_OK):
+            if base != candidates[0]:
                 logger.info(
                     "the temp folder %s is too long a path for a Unix socket; the "
                     "multiprocessing folder goes to %s",
+                    candidates[0],
                     base,
-                    fallback,
                 )
-                return fallback
+            return base
+    temp = tempfile.gettempdir()
     longest = _SOCKET_PATH_MAX - len(os.fsencode(os.path.join("", name, _SOCKET_NAME))) - 1
     raise OSError(
-        f"the temp folder {base!r} ({len(os.fsencode(base))} bytes) is too long a path for "
-        f"the Unix socket multiprocessing makes in it, and none of "
-        f"{list(MP_FOLDER_FALLBACK_DIRS)} is a writable folder: set TMPDIR to a folder "
-        f"of at most {longest} bytes"
+        f"the temp folder {temp!r} ({len(os.fsencode(temp))} bytes) is too long a path for "
+        f"the Unix socket multiprocessing makes in it, and none of {candidates[1:]} is a "
+        f"writable folder: set TMPDIR to a folder of at most {longest} bytes"
     )
 
 
