@@ -76,7 +76,7 @@ def test_a_preset_that_takes_the_task_is_given_the_envs_spaces():
 def test_memory_span_sets_the_memory_presets_window():
     config = _plan("Acrobot-v1", "--preset", "memory", "--memory-span", "20").config
     assert config == memory_config(input_shape=(6,), nb_actions=3, memory_span=20, seed=0)
-    assert (config.input_length, config.train_interval) == (64, 8)
+    assert (config.input_length, config.train_interval) == (64, 6)
 
 
 def test_each_step_scored_sets_the_memory_presets_gamma_0():

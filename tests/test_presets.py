@@ -164,26 +164,27 @@ WINDOWS = [
     (7, 16, 4),  # 16 steps hold twice the span: 14
     (8, 32, 4),
     (15, 32, 4),
-    (16, 64, 8),
-    (20, 64, 8),
-    (31, 64, 8),
-    (32, 128, 16),
-    (50, 128, 16),
-    (100, 256, 32),
+    (16, 64, 6),
+    (20, 64, 6),
+    (31, 64, 6),
+    (32, 128, 12),
+    (50, 128, 12),
+    (100, 256, 24),
 ]
 
 
 @pytest.mark.parametrize(("span", "length", "interval"), WINDOWS)
-def test_memory_window_covers_twice_the_span_and_replays_each_step_256_times(
+def test_memory_window_covers_twice_the_span_and_sets_how_often_each_step_is_replayed(
     span, length, interval
 ):
     window = presets.memory_window(span)
     assert window == {"input_length": length, "train_interval": interval}
     assert window["input_length"] >= 2 * span + 1
-    # batch_size * input_length / train_interval trained steps per env step: 32 x 8 from
-    # 32-step windows on, 32 x 4 in the 16-step window (an update every 4 env steps)
+    # batch_size * input_length / train_interval trained steps per env step: 32 x 4 (128)
+    # in the 16-step window (an update every 4 env steps), 32 x 8 (256) in the 32-step one,
+    # 32 x 32 / 3 (341) from 64 steps on
     ratio = window["input_length"] / window["train_interval"]
-    assert ratio == (8 if length >= 32 else 4)
+    assert ratio == {16: 4, 32: 8}.get(length, 32 / 3)
 
 
 @pytest.mark.parametrize("span", [-1, 2.5, "20", True, None])
@@ -194,7 +195,7 @@ def test_memory_window_names_a_bad_span(span):
 
 def test_memory_config_takes_the_window_of_its_memory_span():
     config = presets.memory_config((3,), 2, memory_span=20)
-    assert (config.input_length, config.train_interval) == (64, 8)
+    assert (config.input_length, config.train_interval) == (64, 6)
     default = presets.memory_config((3,), 2)
     assert default.input_length == 16 and default.train_interval == 4
     assert presets.DEFAULT_MEMORY_SPAN == 7
@@ -202,7 +203,7 @@ def test_memory_config_takes_the_window_of_its_memory_span():
 
 def test_memory_config_overrides_win_over_the_memory_span():
     config = presets.memory_config((3,), 2, memory_span=50, input_length=40)
-    assert (config.input_length, config.train_interval) == (40, 16)
+    assert (config.input_length, config.train_interval) == (40, 12)
 
 
 def test_memory_config_names_a_bad_memory_span():
@@ -244,8 +245,8 @@ def test_memory_config_names_a_bad_each_step_scored(value):
         (presets.masked_cartpole_config(), 250),
         (presets.cartpole_config(train_interval=8), 125),  # follows the update interval
         (presets.memory_config((3,), 2), 250),
-        (presets.memory_config((3,), 2, memory_span=20), 125),  # one update per 8 env steps
-        (presets.memory_config((3,), 2, memory_span=100), 31),
+        (presets.memory_config((3,), 2, memory_span=20), 166),  # one update per 6 env steps
+        (presets.memory_config((3,), 2, memory_span=100), 41),
     ],
     ids=["cartpole", "masked", "cartpole_every_8", "memory", "memory_span_20", "memory_span_100"],
 )
