@@ -244,15 +244,17 @@ def memory_config(
     window that covers the task's memory span (`memory_span`, see `memory_window`).
 
     Where it stands (best greedy normalised mean within 60k env steps, median of seeds
-    0-4, RecurrentPPO's beside it; RESULTS.md stops 49-52): "repeat the symbol 4 steps
+    0-4, RecurrentPPO's beside it; RESULTS.md stops 49-54): "repeat the symbol 4 steps
     back" (a reward every step) 1.00 (0.42), "repeat 8 steps back" 1.00 with
     `each_step_scored=True` (-0.11; -0.45 without), a 5-step T-maze 1.00 (1.00), a
-    12-step T-maze with `memory_span=12` 1.00 (0.70), a 20-step T-maze with
-    `memory_span=20` 1.00 (0.65), a cue named 30 steps later 1.00 with `memory_span=31`
-    (-0.10); held out, a 24-step T-maze 1.00 (0.65; rerun with other float rounding 0.55,
-    over seeds 0-13 0.80 against 0.55) and a cue among 5 symbols named 25 steps later
-    1.00 (-0.20; rerun 0.80); a 50-step T-maze with `memory_span=50` 0.40 (0.50; both at
-    the level of a walk to the junction without memory of the cue, stop 51). For
+    12-step T-maze with `memory_span=12` 1.00 (0.70). With the 64-step window, side by
+    side on one machine (stop 54): T-mazes of 16 and 20 steps 1.00 and 1.00 (0.80, 0.70),
+    cues named 20 steps later among 6 symbols 0.90 (0.30), 25 steps later among 5 1.00
+    (0.30) and 30 steps later 1.00 (0.10), 20 runs of 25 solved (5); a held-out 24-step
+    T-maze 8 runs of 10 solved (stop 53). A 35-step T-maze with `memory_span=35` 0.60, a
+    cue named 45 steps later 0.40, a 50-step T-maze with `memory_span=50`, trained every
+    16 env steps (stop 51, not rerun at 12), 0.40 (0.50; both at the level of a walk to
+    the junction without memory of the cue). For
     control tasks whose reward is survival (masked CartPole) keep `masked_cartpole_config`:
     with one-step returns this preset is slower and less steady there. See the README's
     "Choosing settings for your task".
