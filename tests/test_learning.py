@@ -16,9 +16,15 @@ from r2d2_agent.testing import make_masked_cartpole, train_until_solved
 pytestmark = pytest.mark.slow
 
 # With the presets (2,500-step evaluations, TensorFlow's default threads) CartPole seed 2
-# solves at 7,500 env steps and the masked seed 0 at 15,000; the budgets leave room.
+# solves at 7,500 env steps. The masked seed 0 solved at 15,000 (one env) and 7,500 (four)
+# on one machine and at 35,000 and 32,500 on another (another CPU rounds differently, and
+# a run is one draw of its outcome: benchmarks/RESULTS.md, stop 52); over seeds 0-19 the
+# slowest solved at 42,500. The budget covers that: the tests stop once solved, so it
+# costs only where a run is slow.
 CARTPOLE_BUDGET = 25_000
-MASKED_BUDGET = 30_000
+MASKED_BUDGET = 50_000
+WITHOUT_LSTM_BUDGET = 30_000
+"""The whole budget of the run without an LSTM (it does not stop at a solve)."""
 
 
 def _train(config, make_env, budget, stop_when_solved=True):
@@ -38,8 +44,9 @@ def test_masked_cartpole_is_solved_with_lstm():
 
 
 def test_masked_cartpole_is_solved_with_four_envs():
-    """Four envs in one actor learn as one does (seed 0 solves at 7,500 env steps of all
-    four; with the Ape-X spread instead of the presets' equal ε it took 37,500)."""
+    """Four envs in one actor learn as one does (seed 0 solved at 7,500 env steps of all
+    four on one machine, 32,500 on another; with the Ape-X spread instead of the presets'
+    equal ε it took 37,500 on the first)."""
     config = masked_cartpole_config(seed=0, envs_per_actor=4)
     result = _train(config, make_masked_cartpole, MASKED_BUDGET)
     assert result["solved_at"] is not None, result["evals"]
@@ -49,7 +56,7 @@ def test_masked_cartpole_without_lstm_falls_clearly_short():
     result = _train(
         masked_cartpole_config(seed=0, lstm_units=0),
         make_masked_cartpole,
-        MASKED_BUDGET,
+        WITHOUT_LSTM_BUDGET,
         stop_when_solved=False,
     )
     best = max(mean for _, mean in result["evals"])
