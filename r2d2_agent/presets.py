@@ -198,11 +198,10 @@ def memory_window(memory_span: int) -> dict[str, int]:
     median equal or higher) and 8 of 10 runs of a held-out 24-step T-maze instead of 3
     (stops 53-54). With 32 steps, every 4 instead of 8 took a 12-step T-maze from three
     solved seeds to five and "repeat 8 steps back" from five to four (solved sooner).
-    With 128 steps, every 16 instead of 32 lifted the 50-step T-maze
-    from 0.40 to 0.50 and a cue named 60 steps later from -0.10 to 0.20 (stop 41); every
-    12 instead of 16 took a 35-step T-maze from 0.30 to 0.60 (higher on 4 seeds of 5, one
-    solved) and left a cue named 45 steps later (`memory_span=46`) at 0.40 (stop 54). A
-    third more updates
+    With 128 steps, every 16 instead of 32 lifted the 50-step T-maze from 0.40 to 0.50
+    and a cue named 60 steps later from -0.10 to 0.20 (stop 41); every 12 instead of 16
+    took a 35-step T-maze from 0.30 to 0.60 (higher on 4 seeds of 5, one solved) and left
+    a cue named 45 steps later (`memory_span=46`) at 0.40 (stop 54). A third more updates
     cost 1.3-1.4x the wall of a run.
 
     Args:
