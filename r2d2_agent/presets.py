@@ -254,8 +254,8 @@ def memory_config(
     (0.30) and 30 steps later 1.00 (0.10), 20 runs of 25 solved (5); a held-out 24-step
     T-maze 8 runs of 10 solved (stop 53). A 35-step T-maze with `memory_span=35` 0.60, a
     cue named 45 steps later 0.40, a 50-step T-maze with `memory_span=50`, trained every
-    16 env steps (stop 51, not rerun at 12), 0.40 (0.50; both at the level of a walk to
-    the junction without memory of the cue). For
+    16 env steps (stop 51), 0.40 (0.50; both at the level of a walk to the junction
+    without memory of the cue; seeds 0-2 at every 12: 0.40 / 0.55 / 0.75, stop 54). For
     control tasks whose reward is survival (masked CartPole) keep `masked_cartpole_config`:
     with one-step returns this preset is slower and less steady there. See the README's
     "Choosing settings for your task".
