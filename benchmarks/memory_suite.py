@@ -5,7 +5,8 @@ Tasks (`r2d2_agent.envs.memory`, plus CartPole and Acrobot): tmaze-5/20/35/50
 (`TMaze(length)`), cue-10/30/45/60 (`CueRecall(delay, 4 symbols)`), repeat-3/4/8
 (`RepeatPrevious(k, 4 symbols, 50 steps)`), repeat-6x8 (`RepeatPrevious(6, 8 symbols, 40
 steps)`: a check of a rule on a task it was not built on; tmaze-12, cue-20x6 and
-repeat-2x6 likewise, stop 46; tmaze-16, stop 50), masked-cartpole,
+repeat-2x6 likewise, stop 46; tmaze-16, stop 50; tmaze-24 and cue-25x5, stop 51;
+tmaze-28 and cue-40x3, stop 55), masked-cartpole,
 noisy-masked-cartpole (noise std 0.05), cartpole, acrobot (`Acrobot-v1`, fully observed:
 the control races' check that a preset change does not hurt a control task it was not
 tuned on). Returns are normalised to [-1, 1] through each task's `score_range`
@@ -107,6 +108,9 @@ TASKS: dict[str, tuple[str, dict[str, Any], int]] = {
     # Held out at stop 51: the 64-step window's sizes the rule of stop 50 was not chosen on
     "tmaze-24": ("TMaze", {"length": 24}, 2_500),
     "cue-25x5": ("CueRecall", {"delay": 25, "symbols": 5}, 2_500),
+    # Held out at stop 55: a 64-step size near the window's end, a 128-step cue of 3 symbols
+    "tmaze-28": ("TMaze", {"length": 28}, 2_500),
+    "cue-40x3": ("CueRecall", {"delay": 40, "symbols": 3}, 2_500),
     "masked-cartpole": ("masked", {}, 5_000),
     "noisy-masked-cartpole": ("NoisyMaskedCartPole", {"noise_std": 0.05}, 5_000),
     "cartpole": ("cartpole", {}, 5_000),
