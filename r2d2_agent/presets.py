@@ -257,14 +257,13 @@ def memory_config(
     T-maze 8 runs of 10 solved (stop 53). Held out until stop 55: a 28-step T-maze over
     seeds 0-9 0.55 (0.05; 4 runs of 10 solved, RecurrentPPO none), a cue named 40 steps
     later among 3 symbols (`memory_span=41`, 128 steps) 1.00 (0.10; 5 of 5 solved,
-    RecurrentPPO none).
-    In the 128-step window (stops 54-55, the peer on the same machine): a 35-step T-maze
-    with `memory_span=35` 0.60 (0.10), a 50-step T-maze 0.40 (0.40; both at the level of
-    a walk to the junction without memory of the cue), cues named 45 and 60 steps later
-    0.40 (0.00) and 0.20 (-0.10). For
-    control tasks whose reward is survival (masked CartPole) keep `masked_cartpole_config`:
-    with one-step returns this preset is slower and less steady there. See the README's
-    "Choosing settings for your task".
+    RecurrentPPO none). In the 128-step window (stops 54-55, the peer on the same
+    machine): a 35-step T-maze with `memory_span=35` 0.60 (0.10), a 50-step T-maze 0.40
+    (0.40; both at the level of a walk to the junction without memory of the cue), cues
+    named 45 and 60 steps later 0.40 (0.00) and 0.20 (-0.10). For control tasks whose
+    reward is survival (masked CartPole) keep `masked_cartpole_config`: with one-step
+    returns this preset is slower and less steady there. See the README's "Choosing
+    settings for your task".
 
     Values (every other field keeps `R2D2Config`'s default)::
 
