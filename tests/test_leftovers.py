@@ -55,7 +55,12 @@ linux_only = pytest.mark.skipif(
 _OWNER_SCRIPT = textwrap.dedent(
     """
     import sys
+    from r2d2_agent import leftovers
     from r2d2_agent.distributed.mp.shared_weights import SharedWeights, WeightsSpec
+    if len(sys.argv) > 3:            # tag as written on host sys.argv[3] (see _start_owner)
+        scope = leftovers._machine_scope()
+        leftovers._machine_scope = lambda: (sys.argv[3], scope[1], scope[2])
+        leftovers._OWN_TAG.clear()
     from r2d2_agent.distributed.mp.temp_folder import use_owner_tagged_folder
     from r2d2_agent.leftovers import temp_path
 
@@ -73,12 +78,21 @@ _OWNER_SCRIPT = textwrap.dedent(
 )
 
 
-def _start_owner(prefix: str, checkpoint: pathlib.Path) -> SimpleNamespace:
+_TEST_HOST = "7e57a0"
+"""The host hash of `dead_and_live`'s owners: on the real host's scope a manager starting
+in another pytest worker could reclaim the killed owner's segment and folder (`/dev/shm`,
+`/tmp`) before the test looks; to every process but the test's they are another
+machine's (never reclaimed), and the test reads them with `_TEST_HOST` as its own."""
+
+
+def _start_owner(prefix: str, checkpoint: pathlib.Path, host: str | None = None) -> SimpleNamespace:
     """A process in a session of its own that owns a segment, a checkpoint temp file and
-    a multiprocessing folder."""
+    a multiprocessing folder, tagged with this machine's scope or with `host` as its host
+    hash."""
     env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)}
+    host_arg = [] if host is None else [host]
     proc = subprocess.Popen(
-        [sys.executable, "-c", _OWNER_SCRIPT, prefix, str(checkpoint)],
+        [sys.executable, "-c", _OWNER_SCRIPT, prefix, str(checkpoint), *host_arg],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -103,13 +117,16 @@ def _stop(owner: SimpleNamespace) -> None:
 
 
 @pytest.fixture
-def dead_and_live(tmp_path):
+def dead_and_live(tmp_path, monkeypatch):
     """Two owners, as two runs on the machine: `dead` killed with its group, `live` running.
-    Both wrote a temp file for a checkpoint in `tmp_path / "ckpt"`."""
+    Both wrote a temp file for a checkpoint in `tmp_path / "ckpt"`. Their tags name
+    `_TEST_HOST`, which this process takes for its own host while the test runs."""
+    scope = leftovers._machine_scope()
+    monkeypatch.setattr(leftovers, "_machine_scope", lambda: (_TEST_HOST, *scope[1:]))
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    dead = _start_owner("r2d2t", folder / "ckpt-0000000001.h5")
-    live = _start_owner("r2d2t", folder / "ckpt-0000000002.h5")
+    dead = _start_owner("r2d2t", folder / "ckpt-0000000001.h5", host=_TEST_HOST)
+    live = _start_owner("r2d2t", folder / "ckpt-0000000002.h5", host=_TEST_HOST)
     _kill_group(dead)
     yield SimpleNamespace(dead=dead, live=live, folder=folder)
     _stop(live)
@@ -237,6 +254,19 @@ def test_a_killed_owner_leaves_a_segment_a_temp_file_and_a_folder_that_are_then_
         assert not os.path.exists(path)
     for path in (run.live.segment, run.live.temp, run.live.folder):
         assert os.path.exists(path)
+
+
+@linux_only
+def test_another_process_on_this_machine_keeps_the_fixtures_dead_owners_leftovers(
+    dead_and_live,
+):
+    """What keeps the test above from racing a manager in another pytest worker: that
+    worker's reclaim (as a process of this host sees it) leaves `_TEST_HOST`'s owners."""
+    run = dead_and_live
+    reclaim = "from r2d2_agent import leftovers as l; l.reclaim_segments(); l.reclaim_mp_folders()"
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)}
+    subprocess.run([sys.executable, "-c", reclaim], env=env, check=True, timeout=60)
+    assert os.path.exists(run.dead.segment) and os.path.exists(run.dead.folder)
 
 
 @linux_only
@@ -377,13 +407,13 @@ def test_the_command_refuses_bad_arguments(argv):
 
 @linux_only
 def test_the_next_manager_run_removes_a_killed_runs_segment_and_keeps_a_live_runs(
-    dead_and_live, make_config
+    tmp_path, make_config
 ):
     """The manager's own prefix (r2d2): a killed run's segment is gone once the next run
     started, a concurrent run's stays, and the run itself leaves none of its own."""
     from r2d2_agent.distributed import R2D2Manager
 
-    folder = dead_and_live.folder
+    folder = tmp_path
     killed, concurrent = (
         _start_owner("r2d2", folder / "a.h5"),
         _start_owner("r2d2", folder / "b.h5"),
