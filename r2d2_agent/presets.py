@@ -123,9 +123,10 @@ def masked_cartpole_config(**overrides: Any) -> R2D2Config:
     "Choosing settings for your task"); with noisy observations add
     `enable_prev_action_reward=True` (the previous action is the noise-free input that
     drives the dynamics): on masked CartPole with noise of std 0.05 it took the best greedy
-    normalised mean from -0.25 / -0.49 to 0.83 / 0.72 (seeds 0 / 1; median of seeds 0-4
-    0.72 against RecurrentPPO's 0.20), while without noise it slows the median of seeds 0-19
-    from 12,500 env steps to 16,250 (benchmarks/RESULTS.md, "The noisy masked CartPole").
+    normalised mean of seeds 0 / 1 from -0.25 / -0.49 to 0.83 / 0.72 ("The noisy masked
+    CartPole" in benchmarks/RESULTS.md), a median of 0.87 over seeds 0-4 against
+    RecurrentPPO's 0.10 side by side (stop 56), while without noise it slows the median of
+    seeds 0-19 from 12,500 env steps to 16,250.
 
     Values (every other field keeps `R2D2Config`'s default)::
 
@@ -247,23 +248,18 @@ def memory_config(
     window that covers the task's memory span (`memory_span`, see `memory_window`).
 
     Where it stands (best greedy normalised mean within 60k env steps, median of seeds
-    0-4, RecurrentPPO's beside it; RESULTS.md stops 49-54): "repeat the symbol 4 steps
-    back" (a reward every step) 1.00 (0.42), "repeat 8 steps back" 1.00 with
-    `each_step_scored=True` (-0.11; -0.45 without), a 5-step T-maze 1.00 (1.00), a
-    12-step T-maze with `memory_span=12` 1.00 (0.70). With the 64-step window, side by
-    side on one machine (stop 54): T-mazes of 16 and 20 steps 1.00 and 1.00 (0.80, 0.70),
-    cues named 20 steps later among 6 symbols 0.90 (0.30), 25 steps later among 5 1.00
-    (0.30) and 30 steps later 1.00 (0.10), 20 runs of 25 solved (5); a held-out 24-step
-    T-maze 8 runs of 10 solved (stop 53). Held out until stop 55: a 28-step T-maze over
-    seeds 0-9 0.55 (0.05; 4 runs of 10 solved, RecurrentPPO none), a cue named 40 steps
-    later among 3 symbols (`memory_span=41`, 128 steps) 1.00 (0.10; 5 of 5 solved,
-    RecurrentPPO none). In the 128-step window (stops 54-55, the peer on the same
-    machine): a 35-step T-maze with `memory_span=35` 0.60 (0.10), a 50-step T-maze 0.40
-    (0.40; both at the level of a walk to the junction without memory of the cue), cues
-    named 45 and 60 steps later 0.40 (0.00) and 0.20 (-0.10). For control tasks whose
-    reward is survival (masked CartPole) keep `masked_cartpole_config`: with one-step
-    returns this preset is slower and less steady there. See the README's "Choosing
-    settings for your task".
+    0-4, RecurrentPPO's beside it, side by side on one machine; benchmarks/RESULTS.md
+    stops 54-56, the README's "Choosing settings for your task" has the table): "repeat
+    the symbol 4 steps back" (a reward every step) 1.00 (0.44); with
+    `each_step_scored=True` 3 steps back 1.00 (1.00), 8 steps back 1.00 (-0.08), 6 steps
+    back among 8 symbols 0.11 (-0.41); T-mazes of 5, 12, 16 and 20 steps 1.00 each (1.00,
+    0.70, 0.80, 0.70), of 28 steps (seeds 0-9) 0.55 (0.05), 35 steps 0.60 (0.10) and 50
+    steps 0.40 (0.40; both agents at the level of a walk to the junction without memory of the
+    cue); cues named 20 steps later among 6 symbols 0.90 (0.30), 25 among 5 1.00 (0.30),
+    30 among 4 1.00 (0.10), 40 among 3 1.00 (0.10), 45 and 60 among 4 0.40 (0.00) and
+    0.20 (-0.10). For control tasks whose reward is survival (masked CartPole) keep
+    `masked_cartpole_config`: with one-step returns this preset is slower and less
+    steady there. See the README's "Choosing settings for your task".
 
     Values (every other field keeps `R2D2Config`'s default)::
 
