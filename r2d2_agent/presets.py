@@ -254,10 +254,10 @@ def memory_config(
     `each_step_scored=True` 3 steps back 1.00 (1.00), 8 steps back 1.00 (-0.08), 6 steps
     back among 8 symbols 0.11 (-0.41); T-mazes of 5, 12, 16 and 20 steps 1.00 each (1.00,
     0.70, 0.80, 0.70), of 28 steps (seeds 0-9) 0.55 (0.05), 35 steps 0.60 (0.10) and 50
-    steps 0.40 (0.40; both agents at the level of a walk to the junction without memory of the
-    cue); cues named 20 steps later among 6 symbols 0.90 (0.30), 25 among 5 1.00 (0.30),
-    30 among 4 1.00 (0.10), 40 among 3 1.00 (0.10), 45 and 60 among 4 0.40 (0.00) and
-    0.20 (-0.10). For control tasks whose reward is survival (masked CartPole) keep
+    steps 0.40 (0.40; both agents at the level of a walk to the junction without memory
+    of the cue); cues named 20 steps later among 6 symbols 0.90 (0.30), 25 among 5 1.00
+    (0.30), 30 among 4 1.00 (0.10), 40 among 3 1.00 (0.10), 45 and 60 among 4 0.40 (0.00)
+    and 0.20 (-0.10). For control tasks whose reward is survival (masked CartPole) keep
     `masked_cartpole_config`: with one-step returns this preset is slower and less
     steady there. See the README's "Choosing settings for your task".
 
