@@ -78,6 +78,11 @@ _OWNER_SCRIPT = textwrap.dedent(
 )
 
 
+def _child_env() -> dict[str, str]:
+    """The environment of a helper process: this one's, importing r2d2_agent from the repo."""
+    return {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)}
+
+
 _TEST_HOST = "7e57a0"
 """The host hash of `dead_and_live`'s owners: on the real host's scope a manager starting
 in another pytest worker could reclaim the killed owner's segment and folder (`/dev/shm`,
@@ -89,14 +94,13 @@ def _start_owner(prefix: str, checkpoint: pathlib.Path, host: str | None = None)
     """A process in a session of its own that owns a segment, a checkpoint temp file and
     a multiprocessing folder, tagged with this machine's scope or with `host` as its host
     hash."""
-    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)}
     host_arg = [] if host is None else [host]
     proc = subprocess.Popen(
         [sys.executable, "-c", _OWNER_SCRIPT, prefix, str(checkpoint), *host_arg],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env=env,
+        env=_child_env(),
         start_new_session=True,
     )
     name, temp, folder = proc.stdout.readline().split()
@@ -264,8 +268,7 @@ def test_another_process_on_this_machine_keeps_the_fixtures_dead_owners_leftover
     worker's reclaim (as a process of this host sees it) leaves `_TEST_HOST`'s owners."""
     run = dead_and_live
     reclaim = "from r2d2_agent import leftovers as l; l.reclaim_segments(); l.reclaim_mp_folders()"
-    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)}
-    subprocess.run([sys.executable, "-c", reclaim], env=env, check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", reclaim], env=_child_env(), check=True, timeout=60)
     assert os.path.exists(run.dead.segment) and os.path.exists(run.dead.folder)
 
 
@@ -515,13 +518,12 @@ _OLD = b'{"old": true}'  # what each target held before (JSON: plot_run reads ru
 def _start_writer(folder: pathlib.Path) -> SimpleNamespace:
     """A process (a session of its own) that is writing each kind of file into `folder`,
     every write stopped after its temp file is complete and before the rename."""
-    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)}
     proc = subprocess.Popen(
         [sys.executable, "-c", _WRITERS_SCRIPT, str(folder)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env=env,
+        env=_child_env(),
         start_new_session=True,
     )
     temps = []
