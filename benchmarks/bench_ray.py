@@ -50,6 +50,7 @@ def run_throughput(
     backends: list[str],
     ray_settle: float = 10.0,
     rounds: int = 1,
+    report_interval: float | None = None,
 ) -> list[dict]:
     """Free-running runs per backend and actor count (Ray started once, then reused).
 
@@ -72,6 +73,10 @@ def run_throughput(
             for actors in actor_counts:
                 for backend in backends:
                     extra = {"backend": "ray"} if backend == "ray" else {}
+                    if backend == "ray" and report_interval is not None:
+                        from r2d2_agent.distributed.ray_backend import RayOptions
+
+                        extra["ray_options"] = RayOptions(report_interval=report_interval)
                     row = bench_manager.run_throughput(
                         actors, True, seconds, rate_limit=False, **extra
                     )
@@ -339,6 +344,12 @@ def main() -> None:
         help="seconds between ray.init and the first Ray throughput run (Ray's idle workers start)",
     )
     parser.add_argument(
+        "--report-interval",
+        type=float,
+        default=None,
+        help="RayOptions.report_interval of the Ray runs (default: RayOptions' own)",
+    )
+    parser.add_argument(
         "--sections",
         nargs="+",
         default=["throughput", "weights", "experience", "calls"],
@@ -359,7 +370,12 @@ def main() -> None:
         out["weights"] = run_weights(args.repeats)
     if "throughput" in args.sections:
         out["throughput"] = run_throughput(
-            args.actors, args.seconds, args.backends, args.ray_settle, args.rounds
+            args.actors,
+            args.seconds,
+            args.backends,
+            args.ray_settle,
+            args.rounds,
+            args.report_interval,
         )
         out["ray_over_multiprocessing"] = ray_ratios(out["throughput"])
     print(json.dumps(out, indent=2))
