@@ -20,7 +20,7 @@ from typing import Any
 
 from r2d2_agent.config import InputType, R2D2Config
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
     "R2D2Agent": "r2d2_agent.keras_rl.agent",

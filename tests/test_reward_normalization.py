@@ -298,13 +298,15 @@ def test_the_adders_initial_priorities_do_not_depend_on_the_reward_scale(config,
 # The learner: the same updates at every reward scale -----------------------------------
 
 
-def learner_losses(config, scale, updates=6):
+def learner_losses(config, scale, updates=6, base=None):
     """Losses of `updates` updates of a seeded learner fed the same episodes with rewards
-    times `scale` (uniform sampling, so the draws do not depend on the priorities)."""
+    `base` (default: normal draws) times `scale` (uniform sampling, so the draws do not
+    depend on the priorities)."""
     set_global_seed(0)
     builder = R2D2Builder(config)
     learner = builder.make_learner()
-    base = [np.random.default_rng(3).normal(loc=0.3, size=size) for size in (25, 40, 9, 33)]
+    if base is None:
+        base = [np.random.default_rng(3).normal(loc=0.3, size=size) for size in (25, 40, 9, 33)]
     run_episodes(builder.make_adder(learner.add), config, [r * scale for r in base])
     assert learner.ready
     return [learner.step()["loss"] for _ in range(updates)], learner
@@ -318,6 +320,20 @@ def test_the_learners_losses_do_not_depend_on_the_reward_scale(config, normalize
     same = [np.allclose(losses[s], losses[1.0], rtol=1e-4, atol=1e-7) for s in scales]
     assert all(same) == normalize, losses
     assert len(set(np.round(losses[1.0], 6))) > 1  # the loss moves: the updates change weights
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 0.5], ids=["unit", "half"])
+def test_with_unit_rewards_the_switch_changes_no_bit_of_an_update(config, magnitude):
+    """The control presets normalise: where every reward is +1 or -1 (CartPole's +1 a
+    step) the scale is exactly 1 and the learner's updates are those without the switch,
+    bit for bit; rewards of another size make them differ (the check can fail)."""
+    signs = [np.random.default_rng(5).choice([-1.0, 1.0], size=n) for n in (25, 40, 9, 33)]
+    base = [magnitude * s for s in signs]
+    cfg = config.replace(priority_exponent=0.0, memory_warmup=8)
+    normalized, learner = learner_losses(cfg, 1.0, base=base)
+    raw, _ = learner_losses(cfg.replace(normalize_rewards=False), 1.0, base=base)
+    assert learner.reward_scale == magnitude
+    assert (normalized == raw) == (magnitude == 1.0), (normalized, raw)
 
 
 def test_the_learners_reward_scale_is_the_rms_of_every_reward_received(config):
