@@ -243,7 +243,7 @@ def memory_config(
     **overrides: Any,
 ) -> R2D2Config:
     """R2D2 for partially observable tasks that need memory (recall a cue, a T-maze,
-    name what was seen k steps ago), with rewards of any scale.
+    name what was seen k steps ago).
 
     The masked-CartPole preset (rewards in units of their root mean square included:
     `normalize_rewards`, the same updates at rewards x0.01 or x100) with the changes found
