@@ -24,6 +24,7 @@ Sections (one JSON object is printed at the end):
 Usage::
 
     python benchmarks/bench_ray.py [--seconds 30] [--actors 1 2 4] [--rounds 3] [--sections ...]
+        [--report-interval 0.5]   # RayOptions.report_interval of the Ray runs
 """
 
 from __future__ import annotations
@@ -59,8 +60,11 @@ def run_throughput(
     `ray_settle` seconds after `ray.init`. With both backends the runs alternate
     (multiprocessing, then Ray, for each actor count in turn), `rounds` times over, so
     a machine whose speed drifts shares the drift out between the two.
+    `report_interval` is the Ray runs' `RayOptions.report_interval` (None: its default).
     """
     import ray
+
+    from r2d2_agent.distributed.ray_backend import RayOptions
 
     uses_ray = "ray" in backends
     if uses_ray:
@@ -74,8 +78,6 @@ def run_throughput(
                 for backend in backends:
                     extra = {"backend": "ray"} if backend == "ray" else {}
                     if backend == "ray" and report_interval is not None:
-                        from r2d2_agent.distributed.ray_backend import RayOptions
-
                         extra["ray_options"] = RayOptions(report_interval=report_interval)
                     row = bench_manager.run_throughput(
                         actors, True, seconds, rate_limit=False, **extra
