@@ -299,11 +299,11 @@ def memory_config(
             does not change what comes next (recall what was seen k steps ago, name what
             is shown, track a signal): then γ = 0, each step's Q-value is the reward its
             action earns, and an update runs no target network (about a quarter less
-            time per update). Figures above; on a recall task it was not built on, "6
-            steps back" with 8 symbols, -0.23 against RecurrentPPO's -0.41 (medians of
-            seeds 0-2). Leave it False when a reward comes once, later (a cue named after
-            a delay, a T-maze): there γ = 0 lost the cue-30 task (0.00 / -0.10 against
-            0.80 / 0.80), whose values carry the reward back over the delay.
+            time per update). Figures above (among them a recall task it was not built
+            on, 6 steps back among 8 symbols). Leave it False when a reward comes once,
+            later (a cue named after a delay, a T-maze): there γ = 0 lost the cue-30 task
+            (0.00 / -0.10 against 0.80 / 0.80), whose values carry the reward back over
+            the delay.
         **overrides: Any other `R2D2Config` field (they win over `memory_span`'s and
             `each_step_scored`'s).
 
