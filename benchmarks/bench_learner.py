@@ -307,12 +307,13 @@ def _swap_train(learner, train):
     the learner's flat update inputs; restored afterwards)."""
 
     def step():
-        saved = learner._update
-        learner._update = train
+        whole = learner._whole_extent  # the benchmark's sequences fill their windows
+        saved = learner._updates.get(whole)
+        learner._updates[whole] = train
         try:
             learner.step()
         finally:
-            learner._update = saved
+            learner._updates[whole] = saved
 
     return step
 

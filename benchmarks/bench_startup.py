@@ -55,7 +55,15 @@ def _as_before(learner, builder) -> None:
     from r2d2_agent.compat import tf
 
     learner._optimizer = builder.make_optimizer()  # past the setter: slots not built yet
-    learner._train = tf.function(learner._train_graph, reduce_retracing=True)
+    train = tf.function(learner._train_graph, reduce_retracing=True)
+    fields = learner._fields
+
+    def update(*arrays):  # the batch as a dict, traced at its first call (the new
+        *batch, weights, _ = arrays  # rewards' merge is not part of that update)
+        return train(dict(zip(fields, batch, strict=True)), weights)
+
+    learner._train[learner._whole_extent] = train
+    learner._updates[learner._whole_extent] = update
 
 
 def measure(size: str, variant: str) -> dict:
@@ -92,7 +100,7 @@ def measure(size: str, variant: str) -> dict:
         "import_s": round(import_s, 3),
         "make_learner_s": round(make_s, 3),
         "trace_s": round(trace_s, 3),
-        "traces": int(learner._train.experimental_get_tracing_count()),
+        "traces": learner.update_traces,
         "first_update_s": round(updates[0], 3),
         "second_update_s": round(updates[1], 4),
         "lstm_layer": type(learner.online.lstm).__name__,

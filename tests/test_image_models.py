@@ -97,7 +97,7 @@ def test_a_user_image_model_that_branches_on_tensors_trains():
     config = config_for(InputType.GRAY_3ch, lstm=True)
     learner = R2D2Builder(config, image_model=BranchingImageModel()).make_learner()
     learner.trace()
-    assert learner._train.experimental_get_tracing_count() == 1
+    assert learner.update_traces == 1
 
 
 @pytest.mark.parametrize("torso", list(TORSOS))

@@ -118,11 +118,11 @@ def test_trace_builds_the_graph_the_first_step_runs_without_changing_anything(le
     learner = make_learner(learner_config(lstm_units=0))
     weights = learner.get_weights()
     learner.trace()  # before any data
-    traces = learner._train.experimental_get_tracing_count()
+    traces = learner.update_traces
     assert traces == 1 and learner.updates == 0 and weights_equal(learner.get_weights(), weights)
     fill(learner, learner.config, 8)
     learner.step()
-    assert learner._train.experimental_get_tracing_count() == traces
+    assert learner.update_traces == traces
 
 
 def test_the_first_update_traces_its_graph_once(learner_config):
@@ -133,7 +133,7 @@ def test_the_first_update_traces_its_graph_once(learner_config):
     fill(learner, learner.config, 8)
     learner.step()
     learner.step()
-    assert learner._train.experimental_get_tracing_count() == 1
+    assert learner.update_traces == 1
 
 
 def test_an_optimizer_set_later_still_traces_the_update_once(learner_config):
@@ -143,7 +143,7 @@ def test_an_optimizer_set_later_still_traces_the_update_once(learner_config):
     fill(learner, learner.config, 8)
     learner.step()
     learner.step()
-    assert learner._train.experimental_get_tracing_count() == 1
+    assert learner.update_traces == 1
     assert int(learner.optimizer.iterations.numpy()) == 2
 
 

@@ -12,6 +12,12 @@ With `normalize_rewards`, every record brings the moments of the rewards it adds
 learner merges them into the online network's `RewardStatistics` (at the start of each
 update's graph, and before handing out or saving weights) and divides the n-step returns
 and the previous-reward input by their scale in the update's graph.
+
+Each batch is cut to its extent before the update (`r2d2_agent.replay.extent`): no burn-in
+when no sequence of the batch has a real burn-in step, and the trained steps up to the
+batch's last real one (rounded up to a quarter of the window). The networks are causal and
+the padding is masked, so it is the same update on fewer steps; each extent met is traced
+once.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ from r2d2_agent.networks.keras_net import R2D2Network
 from r2d2_agent.networks.numpy_net import NumpyNetwork, supports_numpy
 from r2d2_agent.networks.weights_io import save_weights_atomic, split_published
 from r2d2_agent.replay.adder import SequenceRecord
+from r2d2_agent.replay.extent import BatchExtent, batch_extent, trim_batch
+from r2d2_agent.replay.layout import SequenceLayout
 from r2d2_agent.replay.sequence_replay import SequenceReplay
 from r2d2_agent.roles.state_discrepancy import StateDiscrepancy, state_discrepancy
 
@@ -95,6 +103,7 @@ class R2D2Learner:
         self.average = average
         """The greedy policy's network with `policy_average_updates` (None without)."""
         self.replay = replay
+        self._layout = SequenceLayout.from_config(config)  # what `trim_batch` cuts by
         self._fields = tuple(replay.batch_spec())
         """The batch's fields, in the order the compiled update takes them."""
         self.optimizer = optimizer  # the setter creates its slots and the update's function
@@ -139,12 +148,8 @@ class R2D2Learner:
         # trace. AutoGraph only for an image model that asks for it
         # (`ImageModel.autograph`): the update's own control flow is plain Python over
         # static shapes and config flags, and converting it took half of the tracing time.
-        self._train = tf.function(
-            self._flat_train_graph,
-            input_signature=self._update_signature(),
-            autograph=self.online.needs_autograph,
-        )
-        self._update: Any = None  # its concrete function, through `flat_caller`
+        self._train: dict[BatchExtent, Any] = {}  # a `tf.function` per batch extent
+        self._updates: dict[BatchExtent, Any] = {}  # its concrete function, `flat_caller`
 
     # Data in / weights out -----------------------------------------------------------
 
@@ -465,11 +470,12 @@ class R2D2Learner:
         return self.last_metrics
 
     def trace(self) -> None:
-        """Builds the update's graph now, for batches of `config.batch_size` sequences.
+        """Builds the update's graph now, for batches of `config.batch_size` whole windows.
 
         Needs no data and changes no state. Otherwise the first `step` builds it (about
         0.6 s at the CartPole preset, 2.7 s at Atari size: benchmarks/RESULTS.md,
-        "Start-up"); the distributed learner calls this while its actors start.
+        "Start-up"); the distributed learner calls this while its actors start. A batch
+        cut shorter (`r2d2_agent.replay.extent`) builds its own graph when first met.
         """
         self._compiled_update()
 
@@ -478,7 +484,7 @@ class R2D2Learner:
 
         Args:
             batch: A batch of `config.batch_size` sequences, as `SequenceReplay.sample`
-                returns.
+                returns (the update runs on it cut to its extent: `trim_batch`).
             is_weights: Importance-sampling weight per sequence.
 
         Returns:
@@ -493,8 +499,11 @@ class R2D2Learner:
                 f"learn takes batches of config.batch_size = {self.config.batch_size} "
                 f"sequences (one importance weight each), got weights of shape {weights.shape}"
             )
+        layout = self._layout
+        extent = batch_extent(layout, batch["mask"], batch["burnin_mask"])
+        batch = trim_batch(layout, batch, extent)
         arrays = [batch[name] for name in self._fields]
-        loss, priorities, mean_q = self._compiled_update()(
+        loss, priorities, mean_q = self._compiled_update(extent)(
             *arrays, weights, self._take_new_rewards()
         )
         priorities = priorities.numpy()
@@ -509,24 +518,50 @@ class R2D2Learner:
         }
         return priorities
 
-    def _compiled_update(self) -> Any:
-        """The update traced for the batch's fields as flat arguments, called through
-        `flat_caller`: it skips what a `tf.function` does at every call with a dict of
-        arrays, working out the call's signature (with the reward merge moved into the
-        graph, about 5% of the agent's cycle at `memory_config`), and the concrete
-        function's own binding of the arrays to its signature (about 6% more of a
-        `memory_config` run's wall: benchmarks/RESULTS.md, "The update's call" and "The
-        update's call, bound once")."""
-        if self._update is None:
-            self._update = flat_caller(self._train.get_concrete_function())
-        return self._update
+    @property
+    def update_traces(self) -> int:
+        """How many times the update's graph was traced: once per batch extent met
+        (`r2d2_agent.replay.extent`), again only after a new optimizer."""
+        return sum(int(f.experimental_get_tracing_count()) for f in self._train.values())
 
-    def _update_signature(self) -> list[Any]:
-        """The update's flat inputs: the batch's fields (`_fields` order), the
-        importance weights and the new rewards' moments (`_take_new_rewards`)."""
+    def _compiled_update(self, extent: BatchExtent | None = None) -> Any:
+        """The update traced for batches cut to `extent` (None: whole windows), the
+        batch's fields as flat arguments, called through `flat_caller`: it skips what a
+        `tf.function` does at every call with a dict of arrays, working out the call's
+        signature (with the reward merge moved into the graph, about 5% of the agent's
+        cycle at `memory_config`), and the concrete function's own binding of the arrays
+        to its signature (about 6% more of a `memory_config` run's wall:
+        benchmarks/RESULTS.md, "The update's call" and "The update's call, bound
+        once")."""
+        if extent is None:
+            extent = self._whole_extent
+        update = self._updates.get(extent)
+        if update is None:
+            train = tf.function(
+                self._flat_train_graph,
+                input_signature=self._update_signature(extent),
+                autograph=self.online.needs_autograph,
+            )
+            self._train[extent] = train
+            update = self._updates[extent] = flat_caller(train.get_concrete_function())
+        return update
+
+    @property
+    def _whole_extent(self) -> BatchExtent:
+        return BatchExtent(burnin=self.config.burnin, input_length=self.config.input_length)
+
+    def _update_signature(self, extent: BatchExtent | None = None) -> list[Any]:
+        """The update's flat inputs for batches cut to `extent` (None: whole windows): the
+        batch's fields (`_fields` order), the importance weights and the new rewards'
+        moments (`_take_new_rewards`)."""
         size = self.config.batch_size
         spec = self.replay.batch_spec()
-        fields = [tf.TensorSpec((size, *spec[name][0]), spec[name][1]) for name in self._fields]
+        example = {name: np.zeros((0, *shape), dtype) for name, (shape, dtype) in spec.items()}
+        if extent is not None:
+            example = trim_batch(self._layout, example, extent)
+        fields = [
+            tf.TensorSpec((size, *example[name].shape[1:]), spec[name][1]) for name in self._fields
+        ]
         return [*fields, tf.TensorSpec((size,), tf.float32), tf.TensorSpec((2,), tf.float64)]
 
     def _take_new_rewards(self) -> np.ndarray:
@@ -584,19 +619,22 @@ class R2D2Learner:
         """All B sequences at once: burn-in without gradient, then L + n steps with it.
 
         Args:
-            batch: A sampled batch (`SequenceReplay.sample`): `frames`, `obs_mask`,
+            batch: A sampled batch (`SequenceReplay.sample`), cut to its extent
+                (`trim_batch`: b and L are read from its shapes): `frames`, `obs_mask`,
                 `burnin_mask`, `state`, `actions`, `returns`, `bootstrap_discount`,
                 `bootstrap_index`, `mask`, and with `enable_prev_action_reward`
                 `prev_actions`, `prev_rewards`.
             weights: `(B,)` importance-sampling weights.
         """
         cfg = self.config
-        b = cfg.burnin
+        # The batch's extent (its shapes): burn-in b, trained steps L (`trim_batch`).
+        b = int(batch["burnin_mask"].shape[1])
+        length = int(batch["actions"].shape[1])
         actions = batch["actions"]
         # 0. Stacked observations from the stored frames, as the actor stacked them:
         #    observation p is frames p .. p+S-1, all zeros after the episode's end.
         obs = stack_frames_in_graph(
-            batch["frames"], batch["obs_mask"], cfg.sequence_length, cfg.input_sequence
+            batch["frames"], batch["obs_mask"], int(batch["obs_mask"].shape[1]), cfg.input_sequence
         )
         mask = tf.cast(batch["mask"], tf.float32)
         # With normalize_rewards, rewards in units of the reward scale (the root mean
@@ -630,8 +668,8 @@ class R2D2Learner:
             online_state = tuple(tf.stop_gradient(s) for s in online_state)
         trained_obs = obs[:, b:]  # (B, L + n, ...): trained steps plus look-ahead
         if not bootstraps:  # the trained steps only
-            trained_obs = trained_obs[:, : cfg.input_length]
-            trained_extra = {k: v[:, : cfg.input_length] for k, v in trained_extra.items()}
+            trained_obs = trained_obs[:, :length]
+            trained_extra = {k: v[:, :length] for k, v in trained_extra.items()}
         # 2. Target network over the trained steps and (γ > 0) the n look-ahead ones.
         q_target_all = None
         if runs_target:
@@ -641,7 +679,7 @@ class R2D2Learner:
             q_online_all, _ = self.online.unroll(trained_obs, online_state, **trained_extra)
             if uses_target and not runs_target:
                 q_target_all = tf.stop_gradient(q_online_all)
-            q_online = q_online_all[:, : cfg.input_length]
+            q_online = q_online_all[:, :length]
             q_taken = tf.gather(q_online, actions, batch_dims=2)
             # 4. Double-Q n-step target at the bootstrap observation s_{t+K}, rescaled:
             #    y = h(R + γ^K (1 - d) h⁻¹(Q_target(s', argmax_a Q_online(s', a)))).
@@ -655,9 +693,7 @@ class R2D2Learner:
                 q_boot_online = q_boot_target = tf.zeros_like(q_online)
             correction = None
             if cfg.advantage_learning > 0.0:
-                gaps = tf_ops.action_gaps(
-                    q_target_all[:, : cfg.input_length], actions, cfg.enable_rescaling
-                )
+                gaps = tf_ops.action_gaps(q_target_all[:, :length], actions, cfg.enable_rescaling)
                 correction = cfg.advantage_learning * gaps
             y = tf.stop_gradient(
                 tf_ops.n_step_targets(
