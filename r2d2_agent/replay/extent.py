@@ -63,7 +63,7 @@ def batch_extent(layout: SequenceLayout, mask: np.ndarray, burnin_mask: np.ndarr
     Returns:
         The burn-in kept (all of it if any sequence has a real burn-in observation) and the
         trained steps kept (the last real one's index plus one, rounded up to a multiple of
-        `length_step`, at most `input_length`; one step if no step is real).
+        `length_step`, at most `input_length`; one `length_step` if no step is real).
     """
     real = np.flatnonzero(np.asarray(mask).any(axis=0))
     last = int(real[-1]) + 1 if real.size else 1
