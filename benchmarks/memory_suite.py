@@ -111,6 +111,10 @@ TASKS: dict[str, tuple[str, dict[str, Any], int]] = {
     # Held out at stop 55: a 64-step size near the window's end, a 128-step cue of 3 symbols
     "tmaze-28": ("TMaze", {"length": 28}, 2_500),
     "cue-40x3": ("CueRecall", {"delay": 40, "symbols": 3}, 2_500),
+    # Held out at stop 59: short-window sizes the 16/32-step train-interval rule was not
+    # chosen on (cue-10 above, never run before, is one too)
+    "tmaze-8": ("TMaze", {"length": 8}, 2_500),
+    "repeat-5x5": ("RepeatPrevious", {"k": 5, "symbols": 5, "length": 40}, 2_500),
     "masked-cartpole": ("masked", {}, 5_000),
     "noisy-masked-cartpole": ("NoisyMaskedCartPole", {"noise_std": 0.05}, 5_000),
     "cartpole": ("cartpole", {}, 5_000),

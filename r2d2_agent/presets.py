@@ -191,26 +191,28 @@ def memory_window(memory_span: int) -> dict[str, int]:
     back into the burn-in or across windows), and while it explores the agent lives the
     gap longer than it is (it dawdles in a corridor, waits, turns back). So the trained
     window `input_length` is the smallest power of two above twice the span (and at least
-    16). `train_interval` is `3 * input_length // 32` env steps per update (at least 4):
+    16). `train_interval` is `3 * input_length // 32` env steps per update (at least 6):
     the learner replays each env step about 341 times (`batch_size` x `input_length` /
-    `train_interval`) in windows of 64 steps and more, 256 times in the 32-step window and
-    128 times in the 16-step one, whose ratio the masked-CartPole ablation chose. Measured
-    on the memory suite (benchmarks/RESULTS.md, stops 50-54; best greedy normalised mean
-    within 60k env steps, seeds 0-4, a run at 0.9 or above "solved"): with a 64-step
-    window, training every 8 env steps instead of 16 took a 20-step T-maze from 0.40 to
-    1.00, a cue named 30 steps later from 0.80 to 1.00 and one named 20 steps later among
-    6 symbols from 0.50 to 0.80 (medians, stop 50); every 6 instead of 8, side by side on
-    one machine, solved 20 of 25 runs of five 64-step tasks instead of 17 (each task's
-    median equal or higher) and 8 of 10 runs of a held-out 24-step T-maze instead of 3
-    (stops 53-54). With 32 steps, every 4 instead of 8 took a 12-step T-maze from three
-    solved seeds to five and "repeat 8 steps back" from five to four (solved sooner).
-    With 128 steps, every 16 instead of 32 lifted the 50-step T-maze from 0.40 to 0.50
-    and a cue named 60 steps later from -0.10 to 0.20 (stop 41); every 12 instead of 16
-    took a 35-step T-maze from 0.30 to 0.60 (higher on 4 seeds of 5, one solved) and left
-    a cue named 45 steps later (`memory_span=46`) at 0.40 (stop 54); over the four
-    128-step tasks' 20 seed pairs the T-mazes' mean best rose from 0.27 to 0.51 and the
-    cues' stayed at 0.30-0.31 (stop 55). A third more updates cost 1.3-1.4x the wall of
-    a run.
+    `train_interval`) in windows of 64 steps and more, 171 times in the 32-step window and
+    85 times in the 16-step one. Measured on the memory suite (benchmarks/RESULTS.md, stops
+    50-59; best greedy normalised mean within 60k env steps, seeds 0-4, a run at 0.9 or
+    above "solved"): with a 64-step window, training every 8 env steps instead of 16 took a
+    20-step T-maze from 0.40 to 1.00, a cue named 30 steps later from 0.80 to 1.00 and one
+    named 20 steps later among 6 symbols from 0.50 to 0.80 (medians, stop 50); every 6
+    instead of 8, side by side on one machine, solved 20 of 25 runs of five 64-step tasks
+    instead of 17 (each task's median equal or higher) and 8 of 10 runs of a held-out
+    24-step T-maze instead of 3 (stops 53-54). The short windows need fewer updates, not
+    more: every 6 instead of 4 in the 16- and 32-step windows solved "name the symbol seen 6
+    steps ago among 8" on 5 seeds of 5 instead of 1 and "8 steps ago" on 5 instead of 4,
+    kept the 5- and 12-step T-mazes and recall 2, 3 and 4 steps back solved on every seed
+    (their first solve 2,500 env steps later on the recall tasks, 10,000 later on 4 steps
+    back), in 0.6-0.7x the wall (stop 59). With 128 steps, every 16 instead of 32 lifted
+    the 50-step T-maze from 0.40 to 0.50 and a cue named 60 steps later from -0.10 to 0.20
+    (stop 41); every 12 instead of 16 took a 35-step T-maze from 0.30 to 0.60 (higher on 4
+    seeds of 5, one solved) and left a cue named 45 steps later (`memory_span=46`) at 0.40
+    (stop 54); over the four 128-step tasks' 20 seed pairs the T-mazes' mean best rose from
+    0.27 to 0.51 and the cues' stayed at 0.30-0.31 (stop 55). A third more updates cost
+    1.3-1.4x the wall of a run.
 
     Args:
         memory_span: The longest gap, in env steps, between an observation and the step
@@ -225,13 +227,13 @@ def memory_window(memory_span: int) -> dict[str, int]:
 
     Example:
         >>> memory_window(4), memory_window(20), memory_window(50)
-        ({'input_length': 16, 'train_interval': 4}, {'input_length': 64, 'train_interval': 6},
+        ({'input_length': 16, 'train_interval': 6}, {'input_length': 64, 'train_interval': 6},
          {'input_length': 128, 'train_interval': 12})
     """
     if isinstance(memory_span, bool) or not isinstance(memory_span, int) or memory_span < 0:
         raise ValueError(f"memory_span must be an int >= 0 (env steps), got {memory_span!r}")
     length = max(16, 1 << (2 * memory_span).bit_length())  # smallest power of two > 2 span
-    return dict(input_length=length, train_interval=max(4, 3 * length // 32))
+    return dict(input_length=length, train_interval=max(6, 3 * length // 32))
 
 
 def memory_config(
@@ -253,18 +255,18 @@ def memory_config(
     window that covers the task's memory span (`memory_span`, see `memory_window`).
 
     Where it stands (best greedy normalised mean within 60k env steps, median of seeds
-    0-4, RecurrentPPO's beside it, side by side on one machine; benchmarks/RESULTS.md
-    stops 54-56, the README's "Choosing settings for your task" has the table): "repeat
-    the symbol 4 steps back" (a reward every step) 1.00 (0.44); with
-    `each_step_scored=True` 3 steps back 1.00 (1.00), 8 steps back 1.00 (-0.08), 6 steps
-    back among 8 symbols 0.11 (-0.41); T-mazes of 5, 12, 16 and 20 steps 1.00 each (1.00,
-    0.70, 0.80, 0.70), of 28 steps (seeds 0-9) 0.55 (0.05), 35 steps 0.60 (0.10) and 50
-    steps 0.40 (0.40; both agents at the level of a walk to the junction without memory
-    of the cue); cues named 20 steps later among 6 symbols 0.90 (0.30), 25 among 5 1.00
-    (0.30), 30 among 4 1.00 (0.10), 40 among 3 1.00 (0.10), 45 and 60 among 4 0.40 (0.00)
-    and 0.20 (-0.10). For control tasks whose reward is survival (masked CartPole) keep
-    `masked_cartpole_config`: with one-step returns this preset is slower and less
-    steady there. See the README's "Choosing settings for your task".
+    0-4, RecurrentPPO's beside it, on one machine; benchmarks/RESULTS.md stops 54-59, the
+    README's "Choosing settings for your task" has the table): "repeat the symbol 4 steps
+    back" (a reward every step) 1.00 (0.44); with `each_step_scored=True` 3 steps back
+    1.00 (1.00), 8 steps back 1.00 (-0.08), 6 steps back among 8 symbols 1.00 (-0.41);
+    T-mazes of 5, 12, 16 and 20 steps 1.00 each (1.00, 0.70, 0.80, 0.70), of 28 steps
+    (seeds 0-9) 0.43 (0.05), 35 steps 0.60 (0.10) and 50 steps 0.40 (0.40; both agents at
+    the level of a walk to the junction without memory of the cue); cues named 20 steps
+    later among 6 symbols 1.00 (0.30), 25 among 5 1.00 (0.30), 30 among 4 1.00 (0.10), 40
+    among 3 1.00 (0.10), 45 and 60 among 4 0.40 (0.00) and 0.10 (-0.10). For control
+    tasks whose reward is survival (masked CartPole) keep `masked_cartpole_config`: with
+    one-step returns this preset is slower and less steady there. See the README's
+    "Choosing settings for your task".
 
     Values (every other field keeps `R2D2Config`'s default)::
 
@@ -282,7 +284,8 @@ def memory_config(
         is_anneal_updates=10000
         learning_rate=0.002
         target_update_interval=10
-        policy_average_updates=250
+        policy_average_updates=166
+        train_interval=6
         actor_sync_interval=20
         epsilon=0.1
         epsilon_start=1.0

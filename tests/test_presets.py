@@ -159,11 +159,11 @@ def test_the_quickstarts_explicit_config_is_the_preset_it_names():
 
 WINDOWS = [
     # (memory span in env steps, trained window, env steps per update)
-    (0, 16, 4),
-    (4, 16, 4),
-    (7, 16, 4),  # 16 steps hold twice the span: 14
-    (8, 32, 4),
-    (15, 32, 4),
+    (0, 16, 6),
+    (4, 16, 6),
+    (7, 16, 6),  # 16 steps hold twice the span: 14
+    (8, 32, 6),
+    (15, 32, 6),
     (16, 64, 6),
     (20, 64, 6),
     (31, 64, 6),
@@ -180,11 +180,11 @@ def test_memory_window_covers_twice_the_span_and_sets_how_often_each_step_is_rep
     window = presets.memory_window(span)
     assert window == {"input_length": length, "train_interval": interval}
     assert window["input_length"] >= 2 * span + 1
-    # batch_size * input_length / train_interval trained steps per env step: 32 x 4 (128)
-    # in the 16-step window (an update every 4 env steps), 32 x 8 (256) in the 32-step one,
-    # 32 x 32 / 3 (341) from 64 steps on
+    # batch_size * input_length / train_interval trained steps per env step: 32 x 16 / 6
+    # (85) in the 16-step window (an update every 6 env steps), 32 x 32 / 6 (171) in the
+    # 32-step one, 32 x 32 / 3 (341) from 64 steps on
     ratio = window["input_length"] / window["train_interval"]
-    assert ratio == {16: 4, 32: 8}.get(length, 32 / 3)
+    assert ratio == {16: 16 / 6, 32: 32 / 6}.get(length, 32 / 3)
 
 
 @pytest.mark.parametrize("span", [-1, 2.5, "20", True, None])
@@ -197,7 +197,7 @@ def test_memory_config_takes_the_window_of_its_memory_span():
     config = presets.memory_config((3,), 2, memory_span=20)
     assert (config.input_length, config.train_interval) == (64, 6)
     default = presets.memory_config((3,), 2)
-    assert default.input_length == 16 and default.train_interval == 4
+    assert default.input_length == 16 and default.train_interval == 6
     assert presets.DEFAULT_MEMORY_SPAN == 7
 
 
@@ -244,8 +244,8 @@ def test_memory_config_names_a_bad_each_step_scored(value):
         (presets.cartpole_config(), 250),  # 1,000 env steps at one update per 4
         (presets.masked_cartpole_config(), 250),
         (presets.cartpole_config(train_interval=8), 125),  # follows the update interval
-        (presets.memory_config((3,), 2), 250),
-        (presets.memory_config((3,), 2, memory_span=20), 166),  # one update per 6 env steps
+        (presets.memory_config((3,), 2), 166),  # one update per 6 env steps
+        (presets.memory_config((3,), 2, memory_span=20), 166),
         (presets.memory_config((3,), 2, memory_span=100), 41),
     ],
     ids=["cartpole", "masked", "cartpole_every_8", "memory", "memory_span_20", "memory_span_100"],

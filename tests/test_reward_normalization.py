@@ -473,7 +473,10 @@ def test_memory_config_is_the_masked_cartpole_preset_with_the_memory_suites_chan
         "multisteps",
         "enable_rescaling",
         "gamma",
+        "train_interval",  # memory_window's: 6 in the 16-step window (masked: 4)
+        "policy_average_updates",  # about 1,000 env steps at either interval
     }
+    assert (config.train_interval, masked.train_interval) == (6, 4)
     for name in masked.to_dict():
         if name not in changed:
             assert getattr(config, name) == getattr(masked, name), name
