@@ -260,3 +260,13 @@ def test_an_override_of_policy_average_updates_wins(updates):
     assert presets.cartpole_config(policy_average_updates=updates).policy_average_updates == updates
     memory = presets.memory_config((3,), 2, policy_average_updates=updates)
     assert memory.policy_average_updates == updates
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("interval", [0, -3, 2.5, "6", True, None])
+def test_a_bad_train_interval_override_is_named_not_divided_by(name, interval):
+    """The policy average is derived from `train_interval`; a bad override must reach the
+    config's check (naming the field and the value), not a division by it."""
+    args = ((3,), 2) if name == "memory_config" else ()
+    with pytest.raises(ValueError, match=rf"train_interval .*got {re.escape(repr(interval))}"):
+        PRESETS[name](*args, train_interval=interval)
