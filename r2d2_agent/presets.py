@@ -71,12 +71,11 @@ task) but came 2,500-7,500 env steps later to the first solve."""
 def _with_policy_average(fields: dict[str, Any]) -> R2D2Config:
     """The config of `fields` (a preset's, overrides merged), whose greedy policy averages
     over about `POLICY_AVERAGE_ENV_STEPS` env steps unless the fields set it."""
-    interval = fields["train_interval"]
-    valid = isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1
-    if "policy_average_updates" not in fields and valid:  # else R2D2Config names the bad value
-        updates = max(1, POLICY_AVERAGE_ENV_STEPS // interval)
-        fields = {**fields, "policy_average_updates": updates}
-    return R2D2Config(**fields)
+    config = R2D2Config(**fields)  # validates first: a bad train_interval is named, not divided by
+    if "policy_average_updates" in fields:
+        return config
+    updates = max(1, POLICY_AVERAGE_ENV_STEPS // config.train_interval)
+    return config.replace(policy_average_updates=updates)
 
 
 # The partially observable task: the same settings with a smaller observation and twice
