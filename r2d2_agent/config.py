@@ -132,6 +132,13 @@ class R2D2Config:
     sequence_period: int | None = None
     """Env steps between the starts of adjacent sequences; None means input_length // 2
     (the paper's overlap of half a sequence)."""
+    drop_covered_windows: bool = False
+    """Switch: at an episode's end, store no window whose trained steps an earlier window
+    of the same episode already trains. With the half-window overlap, an episode that
+    ends in the second half of a window leaves, besides that window, one that starts in
+    it and holds only the episode's last steps (behind a real burn-in); True drops it,
+    so that an episode shorter than `input_length` is one window. False (the paper's)
+    stores every window that holds a real step."""
     gamma: float = 0.997
     """Discount per env step, in [0, 1]. At 0 each step's target is its reward alone and
     the learner's update runs neither the target network (unless `advantage_learning`)
@@ -308,6 +315,10 @@ class R2D2Config:
             )
         if self.clipnorm is not None and not (self.clipnorm > 0):
             raise ValueError(f"clipnorm must be > 0 or None, got {self.clipnorm!r}")
+        if not isinstance(self.drop_covered_windows, bool):
+            raise ValueError(
+                f"drop_covered_windows must be True or False, got {self.drop_covered_windows!r}"
+            )
         if not isinstance(self.normalize_rewards, bool):
             raise ValueError(
                 f"normalize_rewards must be True or False, got {self.normalize_rewards!r}"

@@ -653,3 +653,84 @@ def test_scalar_math_matches_the_numpy_functions_bit_for_bit() -> None:
     rows[rng.random(rows.shape) < 0.05] = np.nan
     for row in rows:
         assert _argmax(row.tolist()) == np.argmax(row)
+
+
+# drop_covered_windows ------------------------------------------------------------------
+
+END_WINDOWS = [  # (L, period, next_start, E) -> the end's windows: all, without covered ones
+    ((4, 2, 0, 3), [0, 2], [0]),  # one window holds the whole episode
+    ((4, 2, 0, 4), [0, 2], [0]),  # ... exactly
+    ((4, 2, 0, 5), [0, 2, 4], [0, 2]),  # step 4 is only in window 2
+    ((4, 2, 2, 4), [2], []),  # window 0 (emitted) trained steps 0-3 already
+    ((4, 2, 2, 5), [2, 4], [2]),
+    ((4, 4, 4, 5), [4], [4]),  # no overlap: nothing is covered
+    ((6, 2, 0, 3), [0, 2], [0]),
+    ((6, 2, 2, 7), [2, 4, 6], [2]),  # window 0 trains 0-5, window 2 the rest
+    ((5, 1, 3, 8), [3, 4, 5, 6, 7], [3]),
+]
+
+
+@pytest.mark.parametrize(("where", "every", "uncovered"), END_WINDOWS)
+def test_end_window_starts_by_hand(where, every, uncovered):
+    length, period, next_start, end = where
+    layout = make_layout(input_length=length, period=period)
+    dropping = SequenceLayout(
+        **{**LAYOUT, "input_length": length, "period": period, "drop_covered_windows": True}
+    )
+    assert layout.end_window_starts(next_start, end) == every
+    assert dropping.end_window_starts(next_start, end) == uncovered
+
+
+def _uncovered_windows(length: int, period: int, episode: int) -> list[int]:
+    """Brute force: the windows of an episode of `episode` steps (window q trains steps
+    q .. q + L - 1 below `episode`) but those whose steps earlier windows all train."""
+    kept, trained = [], set()
+    for start in range(0, episode, period):
+        steps = set(range(start, min(start + length, episode)))
+        if not steps <= trained:
+            kept.append(start)
+            trained |= steps
+    return kept
+
+
+def _play_dropping(drop: bool, layout: dict, episode: int, terminated: bool) -> list[dict]:
+    rec = Recorder()
+    adder = SequenceAdder(
+        rec, SequenceLayout(**{**LAYOUT, **layout, "drop_covered_windows": drop}), **TARGETS
+    )
+    run_episode(adder, episode, terminated)
+    return rec.seqs
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {},
+        {"input_length": 4, "multisteps": 1},
+        {"burnin": 0, "input_length": 4, "multisteps": 3, "period": 1},
+        {"burnin": 1, "input_length": 6, "period": 3},
+        {"burnin": 3, "input_length": 8, "multisteps": 1, "period": 4},
+        {"input_length": 5, "period": 5},
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("terminated", [True, False], ids=["terminated", "truncated"])
+def test_drop_covered_windows_keeps_every_window_that_trains_a_new_step(layout, terminated):
+    length = layout.get("input_length", LAYOUT["input_length"])
+    period = layout.get("period", LAYOUT["period"])
+    for episode in range(1, 15):
+        every = _play_dropping(False, layout, episode, terminated)
+        kept = _play_dropping(True, layout, episode, terminated)
+        starts = [int(seq["actions"][0]) - 1 for seq in kept]  # a_t = t + 1
+        assert starts == _uncovered_windows(length, period, episode), episode
+        trained = {
+            start + i
+            for start, seq in zip(starts, kept, strict=True)
+            for i in np.flatnonzero(seq["mask"])
+        }
+        assert trained == set(range(episode)), episode  # every step still trained
+        # the windows kept are the ones stored without dropping, field for field
+        by_start = {int(seq["actions"][0]) - 1: seq for seq in every}
+        for start, seq in zip(starts, kept, strict=True):
+            for name in EMITTED:
+                np.testing.assert_array_equal(seq[name], by_start[start][name], err_msg=name)

@@ -40,6 +40,8 @@ LIMITS = dict(input_length=4, memory_capacity=64)  # what two of the invalid val
         ("policy_average_updates", -1),
         ("policy_average_updates", 2.5),
         ("policy_average_updates", True),
+        ("drop_covered_windows", "yes"),
+        ("drop_covered_windows", 1),
     ],
 )
 def test_invalid_value_raises_value_error_naming_field_and_value(make_config, field, value):

@@ -42,6 +42,11 @@ CASES = [
     Case("eta_0", eta=0.0),
     Case("long_window", layout={"input_length": 24, "period": 12, "burnin": 6, "multisteps": 5}),
     Case("uint8_frames", layout={"frame_dtype": np.uint8, "frame_shape": (3, 2)}),
+    Case("drop_covered_windows", layout={"drop_covered_windows": True}),
+    Case(
+        "drop_covered_windows_long",
+        layout={"drop_covered_windows": True, "input_length": 8, "period": 2, "multisteps": 1},
+    ),
 ]
 
 # episode lengths per env: ends every step, short, truncated, long

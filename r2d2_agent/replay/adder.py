@@ -271,9 +271,8 @@ class SequenceAdder:
         self._steps.append(nxt)
         if ended:
             end = self._base + len(self._steps) - 1  # E, index of s_E.
-            while self._next_start < end:
-                self._emit(self._next_start, end, bool(terminated))
-                self._next_start += self.layout.period
+            for start in self.layout.end_window_starts(self._next_start, end):
+                self._emit(start, end, bool(terminated))
             self.reset()
             return
         while True:

@@ -40,6 +40,8 @@ class SequenceLayout:
         period: Env steps between the starts of adjacent windows, in `[1, input_length]`.
         prev_action_reward: Whether sequences carry each step's previous action and
             reward (`R2D2Config.enable_prev_action_reward`).
+        drop_covered_windows: At an episode's end, emit no window whose trained steps an
+            earlier window of the episode covers (`R2D2Config.drop_covered_windows`).
 
     Raises:
         ValueError: On an invalid field; the message names it and its value.
@@ -54,6 +56,7 @@ class SequenceLayout:
     multisteps: int
     period: int
     prev_action_reward: bool = False
+    drop_covered_windows: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -110,7 +113,33 @@ class SequenceLayout:
             multisteps=config.multisteps,
             period=config.period,
             prev_action_reward=config.enable_prev_action_reward,
+            drop_covered_windows=config.drop_covered_windows,
         )
+
+    def end_window_starts(self, next_start: int, end: int) -> list[int]:
+        """The starts of the windows an episode still emits when it ends.
+
+        Args:
+            next_start: The start of the episode's next window (0 when it emitted none;
+                a window at `next_start - period` was emitted otherwise).
+            end: `E`, the index of the episode's final observation.
+
+        Returns:
+            `next_start, next_start + period, ...` below `end` (every window with a real
+            step); with `drop_covered_windows`, only those that train a step no earlier
+            window of the episode trains (window `q` trains steps `q .. q + L - 1`).
+        """
+        starts = list(range(next_start, end, self.period))
+        if not self.drop_covered_windows:
+            return starts
+        trained = next_start - self.period + self.input_length if next_start > 0 else 0
+        kept = []
+        for start in starts:
+            if trained >= end:
+                break
+            kept.append(start)
+            trained = start + self.input_length
+        return kept
 
     @property
     def sequence_length(self) -> int:

@@ -293,11 +293,10 @@ class VectorSequenceAdder:
         emitting = np.flatnonzero(ended | (self._next_start + full <= lasts - 1)).tolist()
         for j in emitting:
             last, start = int(lasts[j]), int(self._next_start[j])
-            if ended[j]:  # all windows with a real step, padded
-                while start < last:
-                    terminal = terminated[j] and start + full >= last
-                    windows.add(j, start, last, min(full, last - start), terminal)
-                    start += period
+            if ended[j]:  # the windows with a real step (`end_window_starts`), padded
+                for first in layout.end_window_starts(start, last):
+                    terminal = terminated[j] and first + full >= last
+                    windows.add(j, first, last, min(full, last - first), terminal)
             else:
                 while start + full <= last - 1:
                     windows.add(j, start, last, full, False)
