@@ -85,8 +85,8 @@ def main() -> None:
         type=int,
         default=32,
         help="envs each actor steps with one batched forward pass: 32 acts about 5x "
-        "faster per core and learned RoadRunner on seeds 0-2 at equal env steps, on two "
-        "of them later than 1 did (benchmarks/RESULTS.md); 1 for the paper's one env "
+        "faster per core and learned RoadRunner on seeds 0-3 at equal env steps as 1 did "
+        "(later on two seeds, sooner on two; benchmarks/RESULTS.md); 1 for the paper's one env "
         "per actor",
     )
     parser.add_argument("--nb-steps", type=int, default=2_000_000, help="env steps in all")
