@@ -253,16 +253,16 @@ def measure_envpool(config: R2D2Config, env_id: str, ns: list[int], seconds: flo
 
 
 def _weights(builder: R2D2Builder) -> list[np.ndarray]:
-    """Small random weights of the acting network's shapes."""
-    policy = builder.make_policy()
-    if builder.use_numpy_policy:
-        from r2d2_agent.networks.numpy_net import weight_layout
+    """Small random weights of the acting network's shapes (reward statistics of a
+    scale of 1: a random count would be refused)."""
+    from r2d2_agent.networks.numpy_net import weight_layout
 
-        shapes = [shape for _, shape in weight_layout(builder.config)]
-    else:
-        shapes = [w.shape for w in policy.network.get_weights()]
+    stats = {"reward_statistics/count": 1.0, "reward_statistics/mean_square": 1.0}
     rng = np.random.default_rng(0)
-    return [rng.normal(0, 0.05, shape).astype(np.float32) for shape in shapes]
+    return [
+        np.array(stats[name]) if name in stats else rng.normal(0, 0.05, shape).astype(np.float32)
+        for name, shape in weight_layout(builder.config)
+    ]
 
 
 def main() -> None:
