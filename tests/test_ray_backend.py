@@ -198,6 +198,71 @@ def test_subscriber_fetches_only_a_newer_version(monkeypatch):
     assert fetched == ["ref1", "ref2"]
 
 
+def _pull_until_taken(subscriber, seconds: float = 5.0):
+    """Pulls until the background fetch hands over the arrays."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        arrays = subscriber.pull_if_newer()
+        if arrays is not None:
+            return arrays
+        time.sleep(0.001)
+    raise AssertionError("the background fetch handed nothing over")
+
+
+def test_background_subscriber_keeps_acting_while_it_fetches(monkeypatch):
+    release = threading.Event()
+    fetched = []
+
+    def slow_get(ref):
+        fetched.append(ref)
+        release.wait(5.0)
+        return [np.full(2, float(ref[-1]))]
+
+    monkeypatch.setattr(channels.ray, "get", slow_get)
+    latest = [PublishedWeights(1, ["ref1"])]
+    subscriber = ObjectStoreSubscriber(lambda: latest[0], background=True)
+    assert subscriber.pull_if_newer() is None  # the fetch started; the call returned
+    assert subscriber.pull_if_newer() is None  # still fetching: no second fetch
+    assert subscriber.version == 0
+    release.set()
+    assert _pull_until_taken(subscriber)[0].tolist() == [1.0, 1.0]
+    assert subscriber.version == 1 and fetched == ["ref1"]
+    assert subscriber.pull_if_newer() is None  # nothing newer: no fetch
+    subscriber.close()
+
+
+def test_background_subscriber_takes_a_finished_fetch_then_fetches_the_newer_one(
+    monkeypatch,
+):
+    release = threading.Event()
+    monkeypatch.setattr(
+        channels.ray, "get", lambda ref: release.wait(5.0) and [np.full(1, float(ref[-1]))]
+    )
+    latest = [PublishedWeights(1, ["ref1"])]
+    subscriber = ObjectStoreSubscriber(lambda: latest[0], background=True)
+    assert subscriber.pull_if_newer() is None
+    latest[0] = PublishedWeights(2, ["ref2"])  # published while version 1 is fetched
+    release.set()
+    assert _pull_until_taken(subscriber)[0].tolist() == [1.0]
+    assert subscriber.version == 1
+    assert _pull_until_taken(subscriber)[0].tolist() == [2.0]
+    assert subscriber.version == 2
+    subscriber.close()
+
+
+def test_background_subscriber_raises_a_failed_fetch_in_the_pulling_call(monkeypatch):
+    def failing_get(ref):
+        raise RuntimeError(f"object {ref} lost")
+
+    monkeypatch.setattr(channels.ray, "get", failing_get)
+    subscriber = ObjectStoreSubscriber(lambda: PublishedWeights(1, ["ref1"]), background=True)
+    assert subscriber.pull_if_newer() is None
+    with pytest.raises(RuntimeError, match="object ref1 lost"):
+        _pull_until_taken(subscriber)
+    assert subscriber.version == 0
+    subscriber.close()
+
+
 class _Remote:
     """A Ray method handle's stand-in: records `remote` calls."""
 
@@ -659,6 +724,11 @@ def test_ray_per_actor_env_steps_sum_to_the_total(spread_run):
 def test_ray_learner_trained_and_published(spread_run):
     result = spread_run.result
     assert result.learner_updates > 0 and result.weights_version > 1
+
+
+def test_ray_every_actor_takes_newer_weights_during_the_run(spread_run):
+    # The first weights, then at least one later set fetched in the background.
+    assert all(info["weight_pulls"] >= 2 for info in spread_run.result.actor_info)
 
 
 def test_ray_latest_weights_are_the_policy_average(spread_run):

@@ -235,7 +235,9 @@ class WeightsSubscriber(abc.ABC):
 
     @abc.abstractmethod
     def pull_if_newer(self) -> list[np.ndarray] | None:
-        """Returns the latest weights if newer than `version`, else None."""
+        """Returns the latest weights if newer than `version`, else None (also while a
+        newer version is still being fetched, for a subscriber that fetches in the
+        background)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Releases the subscriber's resources."""

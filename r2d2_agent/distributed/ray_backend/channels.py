@@ -10,8 +10,9 @@
 * Weights: the learner puts the arrays in the object store once per publish and registers
   the reference with the run's board; the board's reply to an actor's periodic report
   carries the latest reference, and the actor fetches the arrays by reference only when
-  their version is newer than its own (no extra round trip per check). As actors learn of
-  new weights only that way, the learner publishes at most once per report interval.
+  their version is newer than its own (no extra round trip per check), in a thread while
+  it keeps acting. As actors learn of new weights only that way, the learner publishes at
+  most once per report interval.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -251,23 +253,58 @@ class ObjectStorePublisher(WeightsPublisher):
 class ObjectStoreSubscriber(WeightsSubscriber):
     """Actor side: fetches the latest published weights by reference when newer.
 
+    With `background` (as the Ray actors use it), a fetch runs in a thread of its own: the
+    `pull_if_newer` that finds a newer version starts it and returns None, and a later one
+    returns the arrays once they are there. The actor keeps stepping meanwhile (a fetch asks the
+    node's object store and may wait a few milliseconds on a busy machine) and takes the
+    weights at most one `actor_sync_interval` later.
+
     Args:
         latest: Returns the latest `PublishedWeights` known (the actor's board reporter
             refreshes it with each report), or None before the first publish.
+        background: Fetch in a thread (True) or within the call (False).
     """
 
-    def __init__(self, latest: Callable[[], PublishedWeights | None]) -> None:
+    def __init__(
+        self, latest: Callable[[], PublishedWeights | None], background: bool = False
+    ) -> None:
         self._latest = latest
         self._version = 0
+        self._pool: ThreadPoolExecutor | None = None
+        if background:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weights-fetch")
+        self._fetching: tuple[int, Future[list[np.ndarray]]] | None = None
 
     @property
     def version(self) -> int:
         return self._version
 
     def pull_if_newer(self) -> list[np.ndarray] | None:
+        if self._fetching is not None:
+            version, future = self._fetching
+            if not future.done():
+                return None
+            self._fetching = None
+            arrays = future.result()  # a failed fetch raises here, in the actor's loop
+            if version > self._version:
+                self._version = version
+                return arrays
         published = self._latest()
         if published is None or published.version <= self._version:
             return None
-        arrays = ray.get(published.refs[0])
-        self._version = published.version
-        return [np.array(a) for a in arrays]  # writable copies, off the object store
+        if self._pool is None:
+            arrays = _fetch(published.refs[0])
+            self._version = published.version
+            return arrays
+        self._fetching = (published.version, self._pool.submit(_fetch, published.refs[0]))
+        return None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._fetching = None
+
+
+def _fetch(ref: Any) -> list[np.ndarray]:
+    """The arrays behind a weights reference: writable copies, off the object store."""
+    return [np.array(a) for a in ray.get(ref)]

@@ -388,7 +388,7 @@ class ActorWorker:
                 send_ahead * spec.options.send_batch_size,
                 send_interval,
             )
-            subscriber = ObjectStoreSubscriber(reporter.latest_weights)
+            subscriber = ObjectStoreSubscriber(reporter.latest_weights, background=True)
             runner = make_actor_runner(
                 actor,
                 env,
