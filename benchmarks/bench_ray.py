@@ -25,11 +25,14 @@ Usage::
 
     python benchmarks/bench_ray.py [--seconds 30] [--actors 1 2 4] [--rounds 3] [--sections ...]
         [--report-interval 0.5]   # RayOptions.report_interval of the Ray runs
+        [--ray-variants "" "send_interval=0.2" "send_interval=0.2,report_interval=0.5"]
+                                  # several RayOptions settings, each a Ray run per round
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import pickle
@@ -52,6 +55,7 @@ def run_throughput(
     ray_settle: float = 10.0,
     rounds: int = 1,
     report_interval: float | None = None,
+    ray_variants: list[str] | None = None,
 ) -> list[dict]:
     """Free-running runs per backend and actor count (Ray started once, then reused).
 
@@ -61,6 +65,8 @@ def run_throughput(
     (multiprocessing, then Ray, for each actor count in turn), `rounds` times over, so
     a machine whose speed drifts shares the drift out between the two.
     `report_interval` is the Ray runs' `RayOptions.report_interval` (None: its default).
+    `ray_variants` (each "field=value,..." of `RayOptions`, "" for its defaults) runs Ray
+    once per variant in each round, labelled "ray[variant]" (None: one Ray run).
     """
     import ray
 
@@ -76,30 +82,60 @@ def run_throughput(
         for round_index in range(rounds):
             for actors in actor_counts:
                 for backend in backends:
-                    extra = {"backend": "ray"} if backend == "ray" else {}
-                    if backend == "ray" and report_interval is not None:
-                        extra["ray_options"] = RayOptions(report_interval=report_interval)
-                    row = bench_manager.run_throughput(
-                        actors, True, seconds, rate_limit=False, **extra
-                    )
-                    rows.append({"backend": backend, "round": round_index, **row})
+                    if backend != "ray":
+                        row = bench_manager.run_throughput(actors, True, seconds, rate_limit=False)
+                        rows.append({"backend": backend, "round": round_index, **row})
+                        continue
+                    for label, fields in _ray_runs(report_interval, ray_variants):
+                        row = bench_manager.run_throughput(
+                            actors,
+                            True,
+                            seconds,
+                            rate_limit=False,
+                            backend="ray",
+                            ray_options=RayOptions(**fields),
+                        )
+                        rows.append({"backend": label, "round": round_index, **row})
     finally:
         if uses_ray:
             ray.shutdown()
     return rows
 
 
+def _parse_variant(text: str) -> dict:
+    """`RayOptions` fields from "field=value,...", values as Python literals ("" -> {})."""
+    fields = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"a Ray variant is field=value[,field=value], got {text!r}")
+        fields[name.strip()] = ast.literal_eval(value.strip())
+    return fields
+
+
+def _ray_runs(
+    report_interval: float | None, ray_variants: list[str] | None
+) -> list[tuple[str, dict]]:
+    """(label, `RayOptions` fields) of each Ray run in a round."""
+    if ray_variants is None:
+        fields = {} if report_interval is None else {"report_interval": report_interval}
+        return [("ray", fields)]
+    return [(f"ray[{variant}]", _parse_variant(variant)) for variant in ray_variants]
+
+
 def ray_ratios(rows: list[dict]) -> dict[str, dict]:
-    """Ray's env steps/s over multiprocessing's, per actor count: each round's and
-    their median."""
+    """Ray's env steps/s over multiprocessing's, per actor count (and per Ray variant,
+    keyed "actors ray[variant]", when there are several): each round's and their
+    median."""
     rates = {(r["backend"], r["actors"], r["round"]): r["env_steps_per_s_total"] for r in rows}
     ratios: dict[str, dict] = {}
     for backend, actors, round_index in sorted(rates):
         mp_rate = rates.get(("multiprocessing", actors, round_index))
-        if backend != "ray" or not mp_rate:
+        if not backend.startswith("ray") or not mp_rate:
             continue
+        key = str(actors) if backend == "ray" else f"{actors} {backend}"
         ratio = round(rates[(backend, actors, round_index)] / mp_rate, 3)
-        ratios.setdefault(str(actors), {"per_round": []})["per_round"].append(ratio)
+        ratios.setdefault(key, {"per_round": []})["per_round"].append(ratio)
     for entry in ratios.values():
         entry["median"] = round(statistics.median(entry["per_round"]), 3)
     return ratios
@@ -352,6 +388,13 @@ def main() -> None:
         help="RayOptions.report_interval of the Ray runs (default: RayOptions' own)",
     )
     parser.add_argument(
+        "--ray-variants",
+        nargs="+",
+        default=None,
+        help='RayOptions settings, each "field=value,..." ("" for the defaults): one Ray run '
+        "per variant in each round, each compared with that round's multiprocessing run",
+    )
+    parser.add_argument(
         "--sections",
         nargs="+",
         default=["throughput", "weights", "experience", "calls"],
@@ -360,6 +403,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.ray_variants is not None and args.report_interval is not None:
+        parser.error("give --report-interval inside --ray-variants when using them")
+    for variant in args.ray_variants or []:
+        try:
+            from r2d2_agent.distributed.ray_backend import RayOptions
+
+            RayOptions(**_parse_variant(variant))
+        except (ValueError, SyntaxError, TypeError) as error:
+            parser.error(f"--ray-variants {variant!r}: {error}")
     out: dict = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "args": vars(args),
@@ -378,6 +430,7 @@ def main() -> None:
             args.ray_settle,
             args.rounds,
             args.report_interval,
+            args.ray_variants,
         )
         out["ray_over_multiprocessing"] = ray_ratios(out["throughput"])
     print(json.dumps(out, indent=2))
