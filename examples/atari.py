@@ -85,9 +85,9 @@ def main() -> None:
         type=int,
         default=32,
         help="envs each actor steps with one batched forward pass: 32 acts about 5x "
-        "faster per core and learned RoadRunner on seeds 0-3 at equal env steps as 1 did "
-        "(later on two seeds, sooner on two; benchmarks/RESULTS.md); 1 for the paper's one env "
-        "per actor",
+        "faster per core; per env step it learned RoadRunner less well than 1 over seeds 0-4 "
+        "(median of the last four checkpoints 2,410 against 2,735; benchmarks/RESULTS.md), so "
+        "use 1 (the paper's one env per actor) when the learner, not acting, sets the pace",
     )
     parser.add_argument("--nb-steps", type=int, default=2_000_000, help="env steps in all")
     parser.add_argument("--max-seconds", type=float, default=None, help="wall-time limit")
