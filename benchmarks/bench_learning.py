@@ -44,7 +44,7 @@ def parse_overrides(pairs: list[str]) -> dict:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep:
-            raise SystemExit(f"--set expects FIELD=VALUE, got {pair!r}")
+            raise SystemExit(f"expected FIELD=VALUE, got {pair!r}")
         overrides[name.strip()] = ast.literal_eval(value.strip())
     return overrides
 

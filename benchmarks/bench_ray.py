@@ -32,7 +32,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import pickle
@@ -46,6 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_manager  # noqa: E402  (a sibling script)
+from bench_learning import parse_overrides  # noqa: E402
 
 
 def run_throughput(
@@ -104,13 +104,7 @@ def run_throughput(
 
 def _parse_variant(text: str) -> dict:
     """`RayOptions` fields from "field=value,...", values as Python literals ("" -> {})."""
-    fields = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, value = part.partition("=")
-        if not sep:
-            raise ValueError(f"a Ray variant is field=value[,field=value], got {text!r}")
-        fields[name.strip()] = ast.literal_eval(value.strip())
-    return fields
+    return parse_overrides([part for part in text.split(",") if part.strip()])
 
 
 def _ray_runs(
@@ -410,7 +404,7 @@ def main() -> None:
             from r2d2_agent.distributed.ray_backend import RayOptions
 
             RayOptions(**_parse_variant(variant))
-        except (ValueError, SyntaxError, TypeError) as error:
+        except (ValueError, SyntaxError, TypeError, SystemExit) as error:
             parser.error(f"--ray-variants {variant!r}: {error}")
     out: dict = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
