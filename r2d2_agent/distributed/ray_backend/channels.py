@@ -286,9 +286,8 @@ class ObjectStoreSubscriber(WeightsSubscriber):
                 return None
             self._fetching = None
             arrays = future.result()  # a failed fetch raises here, in the actor's loop
-            if version > self._version:
-                self._version = version
-                return arrays
+            self._version = version  # newer: a fetch starts only for a newer version
+            return arrays
         published = self._latest()
         if published is None or published.version <= self._version:
             return None
