@@ -24,10 +24,11 @@ ablation table in RESULTS.md).
 from __future__ import annotations
 
 import argparse
-import ast
 import functools
 import json
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,16 +38,8 @@ import gymnasium as gym
 from r2d2_agent.presets import cartpole_config, masked_cartpole_config
 from r2d2_agent.testing import make_masked_cartpole, train_until_solved
 
-
-def parse_overrides(pairs: list[str]) -> dict:
-    """`["multisteps=5", "is_anneal_updates=None"]` -> `{"multisteps": 5, ...}`."""
-    overrides = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"expected FIELD=VALUE, got {pair!r}")
-        overrides[name.strip()] = ast.literal_eval(value.strip())
-    return overrides
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from overrides import parse_overrides  # noqa: E402  (a sibling module)
 
 
 def run_agent(

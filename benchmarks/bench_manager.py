@@ -21,7 +21,9 @@ Sections (one JSON object is printed at the end):
   tests/test_learning.py (10 greedy episodes every 2,500 env steps, solved at the first
   mean >= 475), for each seed of ``--seeds`` (and each of ``--train-intervals``): the
   manager (``--solve-actors``, default 2; evaluations run in the parent while the
-  children keep going), then the single-process `R2D2Agent`. Each run's line also goes to
+  children keep going) on each of ``--solve-backends`` (default multiprocessing; Ray
+  with `RayOptions` fields: ``ray:send_interval=0.2``), then the single-process
+  `R2D2Agent` (not with ``--no-agent``). Each run's line also goes to
   stderr as it ends. Each run has a fresh Python process of its own, as a user's script
   would, and ``total_s`` counts from its launch: the interpreter's start and every
   import (TensorFlow in the agent's process or the manager's learner) count for both.
@@ -32,6 +34,8 @@ Usage::
     python benchmarks/bench_manager.py [--seconds 20] [--sections throughput weights solve]
     python benchmarks/bench_manager.py --sections overlap --train-intervals 4 8 16 32
     python benchmarks/bench_manager.py --sections solve --seeds 0 1 2 3 4 --solve-actors 1
+    python benchmarks/bench_manager.py --sections solve --no-agent \
+        --solve-backends multiprocessing ray "ray:send_interval=0.2"
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from r2d2_agent.presets import cartpole_config
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fresh_process import in_fresh_process  # noqa: E402
 from header import report_header  # noqa: E402
+from overrides import parse_overrides  # noqa: E402
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
@@ -218,16 +223,20 @@ def run_solve_manager(
     actors: int,
     train_interval: int | None = None,
     launched_at: float | None = None,
+    backend: str = "multiprocessing",
 ) -> dict:
     """Time to solve with the manager; evaluations in the parent, numpy policy.
 
     `total_s` counts from `launched_at` (a `time.time()`; default: the manager's
     construction), the children's start and TensorFlow import included; `startup_s` is
-    the time from there to the first learner update.
+    the time from there to the first learner update. `backend` is a `--solve-backends`
+    item (`solve_backend`).
     """
     start = time.time() if launched_at is None else launched_at
     config = _config(seed, train_interval)
-    manager = R2D2Manager(CARTPOLE, config, actor_num=actors, progress=False)
+    manager = R2D2Manager(
+        CARTPOLE, config, actor_num=actors, progress=False, **solve_backend(backend)
+    )
     eval_env, evals, solved, next_eval = gym.make("CartPole-v1"), [], {}, [2_500]
     startup: list[float] = []
 
@@ -250,6 +259,7 @@ def run_solve_manager(
     result = manager.train(nb_steps=budget, max_seconds=900, on_progress=on_progress)
     return {
         "mode": f"manager({actors})",
+        "backend": backend,
         "seed": seed,
         "train_interval": config.train_interval,
         "solved": bool(solved),
@@ -260,6 +270,22 @@ def run_solve_manager(
         "startup_s": round(startup[0], 1) if startup else None,
         "evals": evals,
     }
+
+
+def solve_backend(spec: str) -> dict:
+    """`R2D2Manager`'s keyword arguments for a `--solve-backends` item: "multiprocessing",
+    "ray", or "ray:FIELD=VALUE,..." (`RayOptions` fields, e.g. "ray:send_interval=0.2")."""
+    name, _, fields = spec.partition(":")
+    if name == "multiprocessing" and not fields:
+        return {}
+    if name != "ray":
+        raise SystemExit(
+            f"a solve backend is multiprocessing or ray[:FIELD=VALUE,...], got {spec!r}"
+        )
+    from r2d2_agent.distributed.ray_backend import RayOptions
+
+    pairs = [pair for pair in fields.split(",") if pair.strip()]
+    return {"backend": "ray", "ray_options": RayOptions(**parse_overrides(pairs))}
 
 
 def run_solve_agent(
@@ -342,6 +368,18 @@ def main(argv: list[str] | None = None) -> dict:
         "--solve-actors", type=int, default=2, help="actor processes of the manager's solve runs"
     )
     parser.add_argument(
+        "--solve-backends",
+        nargs="+",
+        default=["multiprocessing"],
+        help='the manager\'s solve runs: "multiprocessing", "ray" or "ray:FIELD=VALUE,..." '
+        "(RayOptions fields), one run of each per seed, in turn",
+    )
+    parser.add_argument(
+        "--no-agent",
+        action="store_true",
+        help="solve section: the manager only (no single-process agent run)",
+    )
+    parser.add_argument(
         "--train-intervals",
         type=int,
         nargs="+",
@@ -369,17 +407,18 @@ def main(argv: list[str] | None = None) -> dict:
         report["overlap"] = [run_overlap(args.seconds, interval) for interval in intervals]
     if "solve" in args.sections:
         report["solve"] = []
+        for spec in args.solve_backends:
+            solve_backend(spec)  # a bad item stops the benchmark before any run
         for interval, seed in ((i, s) for i in intervals for s in args.seeds):
-            for run in (
-                in_fresh_process(
-                    run_solve_manager,
-                    *(seed, args.budget, args.solve_actors, interval),
-                    launched_at=time.time(),
-                ),
-                in_fresh_process(
-                    run_solve_agent, seed, args.budget, interval, launched_at=time.time()
-                ),
-            ):
+            runs = [
+                (run_solve_manager, (seed, args.budget, args.solve_actors, interval), spec)
+                for spec in args.solve_backends
+            ]
+            if not args.no_agent:
+                runs.append((run_solve_agent, (seed, args.budget, interval), None))
+            for fn, fn_args, spec in runs:
+                kwargs = {"backend": spec} if spec else {}
+                run = in_fresh_process(fn, *fn_args, launched_at=time.time(), **kwargs)
                 print(json.dumps(run), file=sys.stderr, flush=True)  # progress on long runs
                 report["solve"].append(run)
     if "weights" in args.sections:

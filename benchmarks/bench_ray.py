@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_manager  # noqa: E402  (a sibling script)
-from bench_learning import parse_overrides  # noqa: E402
+from overrides import parse_overrides  # noqa: E402
 
 
 def run_throughput(

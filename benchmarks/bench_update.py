@@ -41,8 +41,8 @@ from r2d2_agent.presets import cartpole_config, masked_cartpole_config, memory_c
 from r2d2_agent.roles import R2D2Builder
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_learning import parse_overrides  # noqa: E402
 from header import report_header  # noqa: E402
+from overrides import parse_overrides  # noqa: E402
 from replay_fill import fill_replay  # noqa: E402
 
 WARM = 200

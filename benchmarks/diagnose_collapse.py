@@ -36,7 +36,7 @@ from r2d2_agent.presets import masked_cartpole_config
 from r2d2_agent.roles import R2D2Actor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_learning import parse_overrides  # noqa: E402
+from overrides import parse_overrides  # noqa: E402
 
 
 class Diagnosis(R2D2Callback):

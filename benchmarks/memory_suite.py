@@ -66,7 +66,6 @@ This file imports only the standard library at the top, so the peers' venv runs 
 from __future__ import annotations
 
 import argparse
-import ast
 import concurrent.futures
 import dataclasses
 import importlib.util
@@ -81,6 +80,9 @@ from collections.abc import Callable
 from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from overrides import parse_overrides  # noqa: E402  (a sibling module, standard library only)
+
 MEMORY_MODULE = HERE.parent / "r2d2_agent" / "envs" / "memory.py"
 EVAL_EPISODES = 20
 
@@ -187,20 +189,6 @@ def summarise_curve(
         "solved_at": norm[first][0] if first is not None else None,
         "stays_solved": first is not None and all(n >= threshold - 1e-9 for _, n in norm[first:]),
     }
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """`["gamma=0.9", "dueling=False"]` -> `{"gamma": 0.9, "dueling": False}`."""
-    overrides = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            raise SystemExit(f"--set expects FIELD=VALUE, got {pair!r}")
-        try:
-            overrides[name.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            raise SystemExit(f"--set {pair!r}: the value is not a Python literal") from None
-    return overrides
 
 
 # ---------------------------------------------------------------------------- ours

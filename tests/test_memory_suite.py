@@ -59,6 +59,9 @@ def test_agent_specs(suite):
     }
     with pytest.raises(SystemExit, match="not a Python literal"):
         suite.parse_overrides(["gamma=ninety"])
+    for bad in ("gamma", "=0.9"):
+        with pytest.raises(SystemExit, match=f"expected FIELD=VALUE, got {bad!r}"):
+            suite.parse_overrides([bad])
 
 
 def test_the_table_puts_agents_side_by_side_with_medians(suite):
