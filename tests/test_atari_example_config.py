@@ -3,24 +3,18 @@ this machine's memory, not a fixed default (fast: imports the example, starts no
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import pathlib
 
 import pytest
+from script_loading import load_script
 
 from r2d2_agent import InputType, R2D2Config
 from r2d2_agent.replay import estimate_replay_bytes
 
-EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "atari.py"
-
 
 @pytest.fixture(scope="module")
 def atari_example():
-    spec = importlib.util.spec_from_file_location("atari_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/atari.py", "atari_example")
 
 
 @pytest.fixture(scope="module")

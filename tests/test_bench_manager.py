@@ -1,19 +1,12 @@
 """benchmarks/bench_manager.py: the solve section's backend specs."""
 
-import importlib.util
-import pathlib
-
 import pytest
-
-PATH = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "bench_manager.py"
+from script_loading import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_manager", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_manager.py", "bench_manager")
 
 
 def test_multiprocessing_is_the_managers_default(bench):

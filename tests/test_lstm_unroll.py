@@ -4,11 +4,9 @@ times the two)."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
+from script_loading import load_script
 
 from r2d2_agent.compat import keras, tf
 from r2d2_agent.networks.lstm_unroll import unroll_lstm_cell
@@ -16,15 +14,7 @@ from r2d2_agent.networks.lstm_unroll import unroll_lstm_cell
 BATCH, STEPS, FEATURES, UNITS = 3, 6, 5, 4
 
 
-def _benchmark():
-    path = pathlib.Path(__file__).parents[1] / "benchmarks" / "bench_lstm_unroll.py"
-    spec = importlib.util.spec_from_file_location("bench_lstm_unroll", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-keras_loop = _benchmark().keras_cell_per_step
+keras_loop = load_script("benchmarks/bench_lstm_unroll.py", "bench_lstm_unroll").keras_cell_per_step
 """The reference: Keras's own cell called at every step."""
 
 

@@ -3,22 +3,19 @@ the table, and bad input named before any run starts."""
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import subprocess
 import sys
 
 import pytest
+from script_loading import load_script
 
 PATH = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "memory_suite.py"
 
 
 @pytest.fixture(scope="module")
 def suite():
-    spec = importlib.util.spec_from_file_location("memory_suite", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/memory_suite.py", "memory_suite")
 
 
 def test_the_curve_summary_normalises_and_finds_when_it_stays_solved(suite):
