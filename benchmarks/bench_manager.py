@@ -57,7 +57,7 @@ from r2d2_agent.presets import cartpole_config
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fresh_process import in_fresh_process  # noqa: E402
 from header import report_header  # noqa: E402
-from overrides import parse_overrides  # noqa: E402
+from overrides import parse_override_list  # noqa: E402
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
@@ -284,8 +284,7 @@ def solve_backend(spec: str) -> dict:
         )
     from r2d2_agent.distributed.ray_backend import RayOptions
 
-    pairs = [pair for pair in fields.split(",") if pair.strip()]
-    return {"backend": "ray", "ray_options": RayOptions(**parse_overrides(pairs))}
+    return {"backend": "ray", "ray_options": RayOptions(**parse_override_list(fields))}
 
 
 def run_solve_agent(

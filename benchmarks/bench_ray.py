@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_manager  # noqa: E402  (a sibling script)
-from overrides import parse_overrides  # noqa: E402
+from overrides import parse_override_list  # noqa: E402
 
 
 def run_throughput(
@@ -102,11 +102,6 @@ def run_throughput(
     return rows
 
 
-def _parse_variant(text: str) -> dict:
-    """`RayOptions` fields from "field=value,...", values as Python literals ("" -> {})."""
-    return parse_overrides([part for part in text.split(",") if part.strip()])
-
-
 def _ray_runs(
     report_interval: float | None, ray_variants: list[str] | None
 ) -> list[tuple[str, dict]]:
@@ -114,7 +109,7 @@ def _ray_runs(
     if ray_variants is None:
         fields = {} if report_interval is None else {"report_interval": report_interval}
         return [("ray", fields)]
-    return [(f"ray[{variant}]", _parse_variant(variant)) for variant in ray_variants]
+    return [(f"ray[{variant}]", parse_override_list(variant)) for variant in ray_variants]
 
 
 def ray_ratios(rows: list[dict]) -> dict[str, dict]:
@@ -403,7 +398,7 @@ def main() -> None:
         try:
             from r2d2_agent.distributed.ray_backend import RayOptions
 
-            RayOptions(**_parse_variant(variant))
+            RayOptions(**parse_override_list(variant))
         except (ValueError, SyntaxError, TypeError, SystemExit) as error:
             parser.error(f"--ray-variants {variant!r}: {error}")
     out: dict = {

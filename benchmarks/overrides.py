@@ -29,3 +29,9 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         except (ValueError, SyntaxError):
             raise SystemExit(f"{pair!r}: the value is not a Python literal") from None
     return overrides
+
+
+def parse_override_list(text: str) -> dict[str, Any]:
+    """`"send_interval=0.2, report_interval=0.5"` -> its fields (`parse_overrides` of the
+    comma-separated pairs; "" -> {})."""
+    return parse_overrides([pair for pair in text.split(",") if pair.strip()])
