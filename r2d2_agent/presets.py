@@ -310,11 +310,11 @@ def memory_config(
             on, 6 steps back among 8 symbols). Where wall time counts more than env
             steps, add `drop_covered_windows=True` and 4/3 of `memory_window`'s
             `train_interval` (8 in place of 6): on the five recall tasks the README's
-            table sets it on every seed solved in 0.75-0.84x the wall, first solves earlier on
-            8 steps back and later among 5 and 8 symbols (RESULTS stop 64). Leave it
-            False when a reward comes once, later (a cue named after a delay, a T-maze):
-            there γ = 0 lost the cue-30 task (0.00 / -0.10 against 0.80 / 0.80), whose
-            values carry the reward back over the delay.
+            table sets it on, every seed solved in 0.75-0.84x the wall, the first solves
+            earlier on 8 steps back and later among 5 and 8 symbols (RESULTS stop 64).
+            Leave it False when a reward comes once, later (a cue named after a delay, a
+            T-maze): there γ = 0 lost the cue-30 task (0.00 / -0.10 against 0.80 / 0.80),
+            whose values carry the reward back over the delay.
         **overrides: Any other `R2D2Config` field (they win over `memory_span`'s and
             `each_step_scored`'s).
 

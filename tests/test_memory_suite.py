@@ -3,14 +3,13 @@ the table, and bad input named before any run starts."""
 
 from __future__ import annotations
 
-import pathlib
 import subprocess
 import sys
 
 import pytest
-from script_loading import load_script
+from script_loading import ROOT, load_script
 
-PATH = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "memory_suite.py"
+PATH = ROOT / "benchmarks" / "memory_suite.py"
 
 
 @pytest.fixture(scope="module")
