@@ -2,12 +2,14 @@
 stacked observations the actor saw, built the old way (one stack per step) as a
 brute-force reference, through episode starts inside the burn-in, ends inside the n-step
 tail, truncation, episodes shorter than a sequence, wrap-around of the frame store, and
-two actors interleaving; a sequence whose frames were overwritten is never sampled."""
+streams interleaving episode by episode and step by step; a sequence whose frames were
+overwritten is never sampled."""
 
 from __future__ import annotations
 
 import functools
 import tracemalloc
+from collections.abc import Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -75,16 +77,19 @@ def counter_frame(k: int) -> np.ndarray:
 
 class Stream:
     """One actor on a frame-counter env, keeping, per stored key, the window the old layout
-    would have stored: one stack per step, built from the whole episode."""
+    would have stored: one stack per step, built from the whole episode. Its frames count
+    from `first_frame` (streams counting from different ones have different frames)."""
 
-    def __init__(self, config: R2D2Config, replay: SequenceReplay, stream: int) -> None:
+    def __init__(
+        self, config: R2D2Config, replay: SequenceReplay, stream: int, first_frame: int = 0
+    ) -> None:
         self.config = config
         builder = R2D2Builder(config)
         policy = FixedPolicy(config.nb_actions, config.lstm_units)
         self.actor = builder.make_actor(policy, builder.make_adder(self._add), 0.0, 0)
         self.replay = replay
         self.stream = stream
-        self.frame_count = 0
+        self.frame_count = first_frame
         self.episode_frames: list[np.ndarray] = []
         self.windows_emitted = 0  # in the current episode
         self.reference: dict[int, np.ndarray] = {}  # key -> stacked window
@@ -111,11 +116,18 @@ class Stream:
         return window
 
     def play(self, episode_lengths: list[int], truncate: bool) -> None:
+        for _ in self.steps(episode_lengths, truncate):
+            pass
+
+    def steps(self, episode_lengths: list[int], truncate: bool) -> Iterator[None]:
+        """Plays the episodes, pausing after each reset and each env step (to interleave
+        streams step by step, as the envs of a vector actor or many actors do)."""
         for length in episode_lengths:
             self.windows_emitted = 0
             self.episode_frames = [counter_frame(self.frame_count)]
             self.frame_count += 1
             self.actor.observe_first(self.episode_frames[0])
+            yield
             for t in range(length):
                 action = self.actor.select_action()
                 frame = counter_frame(self.frame_count)
@@ -123,6 +135,7 @@ class Stream:
                 self.episode_frames.append(frame)
                 ended = t == length - 1
                 self.actor.observe(action, 1.0, frame, ended and not truncate, ended and truncate)
+                yield
 
 
 def sample_all(replay: SequenceReplay) -> list[tuple[int, np.ndarray]]:
@@ -177,6 +190,28 @@ def test_two_interleaving_actors_get_their_own_frames(compression):
         for stream, length in zip(streams, lengths, strict=True):
             stream.play([length], truncate=False)
     reference = streams[0].reference | streams[1].reference
+    for key, window in sample_all(replay):
+        np.testing.assert_array_equal(window, reference[key])
+
+
+@COMPRESSION
+@pytest.mark.parametrize("nb_streams", [2, 5])
+def test_streams_interleaving_step_by_step_get_their_own_frames(compression, nb_streams):
+    # As the envs of a vector actor (or many actors) send them: one record of each stream
+    # in turn, each stream at another point of its own episodes.
+    config = image_config(frame_compression=compression, memory_capacity=256)
+    replay = R2D2Builder(config).make_replay()
+    streams = [Stream(config, replay, s, first_frame=1_000 * s) for s in range(nb_streams)]
+    playing = [
+        s.steps(EPISODES[i:] + EPISODES[:i], truncate=i % 2 == 1) for i, s in enumerate(streams)
+    ]
+    while playing:
+        for steps in list(playing):
+            if next(steps, StopIteration) is StopIteration:
+                playing.remove(steps)
+    if compression is None:  # (3x3 frames cannot shrink to zstd's byte budget: some go)
+        assert len(replay) == sum(s.stored for s in streams)  # nothing evicted
+    reference = {key: w for s in streams for key, w in s.reference.items()}
     for key, window in sample_all(replay):
         np.testing.assert_array_equal(window, reference[key])
 
