@@ -2,7 +2,7 @@
 
     python examples/atari.py --env ALE/RoadRunner-v5 --life-loss --max-seconds 4800
     python examples/atari.py --env ALE/Pong-v5 --paper --actors 8        # the paper's settings
-    python examples/atari.py --env ALE/Pong-v5 --paper --actors 8 --envs-per-actor 1  # its actors
+    python examples/atari.py --env ALE/Pong-v5 --actors 8 --envs-per-actor 32  # fast actors
     python examples/atari.py --resume runs/<run>/checkpoints --nb-steps 400000
 
 Frames come from gymnasium's `AtariPreprocessing` (84x84 grayscale, frame skip 4, up to
@@ -83,11 +83,11 @@ def main() -> None:
     parser.add_argument(
         "--envs-per-actor",
         type=int,
-        default=32,
-        help="envs each actor steps with one batched forward pass: 32 acts about 5x "
-        "faster per core; per env step it learned RoadRunner less well than 1 over seeds 0-4 "
-        "(median of the last four checkpoints 2,410 against 2,735; benchmarks/RESULTS.md), so "
-        "use 1 (the paper's one env per actor) when the learner, not acting, sets the pace",
+        default=1,
+        help="envs each actor steps with one batched forward pass (default 1, the paper's "
+        "one env per actor): 32 act about 5x faster per core, for machines whose actors set "
+        "the pace (e.g. beside a GPU learner); on a small CPU machine, where the learner sets "
+        "it, 1 learned RoadRunner better per env step in the same wall (README 'Choosing N')",
     )
     parser.add_argument("--nb-steps", type=int, default=2_000_000, help="env steps in all")
     parser.add_argument("--max-seconds", type=float, default=None, help="wall-time limit")
