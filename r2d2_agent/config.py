@@ -153,7 +153,8 @@ class R2D2Config:
     frame_compression_ratio: float = 10.0
     """With `frame_compression`, the ratio (raw / compressed, dimensionless) the frame store
     is sized for: it takes at most the raw frames' size over this, and when frames compress
-    worse the oldest leave early (with their sequences), so memory stays as estimated."""
+    worse the oldest leave early (with their sequences), so memory stays as estimated; the
+    first time, a warning gives the ratio the frames reach."""
     memory_warmup: int | None = None
     """Sequences in replay before the first learner update; None means batch_size."""
     priority_exponent: float = 0.9

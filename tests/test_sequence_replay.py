@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 import tracemalloc
 from collections.abc import Iterator
 
@@ -27,7 +28,7 @@ from r2d2_agent.replay import (
     largest_memory_capacity,
     stack_frames,
 )
-from r2d2_agent.replay.frame_store import CompressedFrameStore
+from r2d2_agent.replay.frame_store import BLOCK_OVERHEAD, CompressedFrameStore
 from r2d2_agent.roles import R2D2Builder
 from r2d2_agent.roles.learner import stack_frames_in_graph
 
@@ -436,6 +437,71 @@ def test_compressed_store_gives_back_the_frames_it_was_given():
         ]
     )
     np.testing.assert_array_equal(got, want)
+
+
+def _payload(frames: np.ndarray) -> int:
+    """Bytes zstandard (level 1, as the store) makes of a block, with the store's overhead."""
+    zstandard = pytest.importorskip("zstandard")
+    return len(zstandard.ZstdCompressor(level=1).compress(frames.tobytes())) + BLOCK_OVERHEAD
+
+
+def _store_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "r2d2_agent.replay.frame_store"]
+
+
+def test_frames_over_the_byte_budget_are_reported_once_with_their_ratio(caplog):
+    block = np.zeros((10, 84, 84), np.uint8)  # 70,560 raw bytes that shrink to a few dozen
+    size = _payload(block)
+    budget = 2 * size + 1  # two blocks fit, the third is over
+    store = CompressedFrameStore((84, 84), np.uint8, capacity=100, byte_budget=budget)
+    with caplog.at_level("WARNING"):
+        for _ in range(5):  # 50 frames: the ring of 100 needs no room
+            store.store(block)
+    assert store.blocks_over_budget == 3
+    held = 10 * 84 * 84 / size
+    [message] = _store_warnings(caplog)
+    assert f"compress {held:.2f}:1" in message
+    assert f"the {100 * 84 * 84 / budget:.1f}:1 (frame_compression_ratio)" in message
+    assert f"frame_compression_ratio={np.floor(held * 10) / 10}" in message
+
+
+def test_frames_that_do_not_shrink_are_advised_to_be_stored_raw(caplog):
+    block = np.random.default_rng(0).integers(0, 256, (10, 84, 84), dtype=np.uint8)
+    store = CompressedFrameStore((84, 84), np.uint8, capacity=100, byte_budget=_payload(block))
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            store.store(block)
+    [message] = _store_warnings(caplog)
+    assert store.blocks_over_budget == 2
+    assert "do not shrink: store them raw (frame_compression=None)" in message
+
+
+def test_blocks_the_frame_ring_overwrites_are_not_reported(caplog):
+    block = np.zeros((10, 84, 84), np.uint8)
+    store = CompressedFrameStore((84, 84), np.uint8, capacity=20, byte_budget=10**6)
+    with caplog.at_level("WARNING"):
+        for _ in range(6):  # the ring of 20 frames drops blocks 0-3
+            store.store(block)
+    assert store.oldest_kept == 40
+    assert store.blocks_over_budget == 0
+    assert _store_warnings(caplog) == []
+
+
+def test_dropped_sequences_warn_at_the_first_the_tenth_and_the_hundredth(caplog):
+    config = image_config()
+    layout = R2D2Builder(config).layout
+    # sized for 1000x compression, the 3x3 frames keep about one record's block
+    replay = SequenceReplay(layout, 64, 0.9, seed=0, compression="zstd", compression_ratio=1000)
+    stream = Stream(config, replay, 0)
+    with caplog.at_level("WARNING"):
+        stream.play(EPISODES * 4, truncate=False)
+    warned = [
+        int(re.search(r"dropped a sequence .*\((\d+) so far\)", r.getMessage())[1])
+        for r in caplog.records
+        if r.name == "r2d2_agent.replay.sequence_replay"
+    ]
+    assert replay.dropped >= 10
+    assert warned == [n for n in (1, 10, 100, 1_000, 10_000) if n <= replay.dropped]
 
 
 def test_an_unknown_compression_is_refused_naming_it():

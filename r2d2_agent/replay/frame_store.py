@@ -22,6 +22,8 @@ checkpoints.
 from __future__ import annotations
 
 import collections
+import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +42,8 @@ from r2d2_agent.replay.state_io import (
 )
 
 __all__ = ["CompressedFrameStore", "RawFrameStore", "zstd_module"]
+
+logger = logging.getLogger(__name__)
 
 
 def zstd_module() -> Any:
@@ -208,6 +212,9 @@ class CompressedFrameStore:
         )
         self._next_block = 0
         self._block_bytes = 0
+        self.blocks_over_budget = 0
+        """Blocks dropped before the frame ring needed their slots, to stay in the byte
+        budget (frames compressed worse than the store was sized for)."""
 
     @property
     def next_number(self) -> int:
@@ -223,6 +230,19 @@ class CompressedFrameStore:
     def nbytes(self) -> int:
         """Bytes held: compressed blocks (with their overhead) and the per-frame index."""
         return self._block_bytes + self._block_of.nbytes + self._index_in_block.nbytes
+
+    @property
+    def sized_ratio(self) -> float:
+        """The compression (raw frames over block bytes) the budget was sized for: the
+        frame capacity's raw bytes over the byte budget."""
+        return self.capacity * self._frame_nbytes / max(1, self.byte_budget)
+
+    @property
+    def held_ratio(self) -> float:
+        """The compression of the blocks held (raw frames over their bytes, the blocks'
+        bookkeeping included, as the budget counts them); 0 while none is held."""
+        frames = sum(count for _, count, _ in self._blocks.values())
+        return frames * self._frame_nbytes / self._block_bytes if self._block_bytes else 0.0
 
     @staticmethod
     def budget_bytes(byte_budget: int, capacity: int, block_frames: int, frame_nbytes: int) -> int:
@@ -268,12 +288,38 @@ class CompressedFrameStore:
             block, (first, count, payload) = next(iter(self._blocks.items()))
             over_budget = self._block_bytes > self.byte_budget and len(self._blocks) > 1
             if first + count <= ring_oldest or over_budget:
+                if first + count > ring_oldest:
+                    self._note_over_budget()
                 del self._blocks[block]
                 self._block_bytes -= len(payload) + BLOCK_OVERHEAD
                 self._oldest = max(self._oldest, first + count)
             else:
                 break
         self._oldest = max(self._oldest, ring_oldest)
+
+    def _note_over_budget(self) -> None:
+        """Counts a block dropped to stay in budget; the first one is logged, with the
+        compression measured and what to set instead."""
+        self.blocks_over_budget += 1
+        if self.blocks_over_budget > 1:
+            return
+        held = self.held_ratio
+        if held >= 1:
+            advice = (
+                f"frame_compression_ratio={math.floor(held * 10) / 10} would keep them "
+                "(the replay's memory estimate grows with it)"
+            )
+        else:
+            advice = "these frames do not shrink: store them raw (frame_compression=None)"
+        logger.warning(
+            "replay frames compress %.2f:1 (the blocks held, bookkeeping included), worse "
+            "than the %.1f:1 (frame_compression_ratio) the frame store was sized for: the "
+            "oldest frames leave before the frame ring needs their room, and their "
+            "sequences with them, so the replay holds fewer sequences than it could; %s",
+            held,
+            self.sized_ratio,
+            advice,
+        )
 
     def gather(self, numbers: np.ndarray) -> np.ndarray:
         """Frames by number (any shape of numbers); -1 gives a zero frame.

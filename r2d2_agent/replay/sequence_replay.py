@@ -101,6 +101,21 @@ def compressed_budget(layout: SequenceLayout, frame_capacity: int, ratio: float)
     return int(frame_capacity * layout.frame_nbytes / ratio)
 
 
+def _log_dropped(dropped: int) -> None:
+    """Logs the `dropped`-th sequence refused for frames already gone: a warning at the
+    1st, 10th, 100th, ... (a replay whose frames do not fit refuses one per record), the
+    others at debug level."""
+    if 10 ** (len(str(dropped)) - 1) == dropped:
+        logger.warning(
+            "dropped a sequence whose frames were already overwritten (%d so far): the frame "
+            "store holds too few frames (a frame_capacity below the default, or with "
+            "frame_compression, frames compressing worse than frame_compression_ratio)",
+            dropped,
+        )
+    else:
+        logger.debug("dropped a sequence whose frames were already overwritten (%d)", dropped)
+
+
 class _StreamIds:
     """Maps one stream's (actor's) frame ids to frame numbers, for its recent frames.
 
@@ -248,7 +263,7 @@ class SequenceReplay:
         oldest = int(real.min()) if real.size else _NO_FRAME
         if real.size and (oldest < self._frames.oldest_kept or (real < 0).any()):
             self.dropped += 1
-            logger.warning("dropping a sequence whose frames were already overwritten")
+            _log_dropped(self.dropped)
             return None
         fields = dict(record.fields)
         fields["frame_ids"] = numbers
