@@ -63,7 +63,10 @@ def run_throughput(
     seconds each) would fall into the first Ray run's measured part, so the runs begin
     `ray_settle` seconds after `ray.init`. With both backends the runs alternate
     (multiprocessing, then Ray, for each actor count in turn), `rounds` times over, so
-    a machine whose speed drifts shares the drift out between the two.
+    a machine whose speed drifts shares the drift out between the two; each round starts
+    one run later in that order than the round before (round 1: Ray first), so that no
+    run always comes right after the same other run (on a loaded box, of two Ray
+    variants the one run second scored lower in 3 rounds of 4, in either order).
     `report_interval` is the Ray runs' `RayOptions.report_interval` (None: its default).
     `ray_variants` (each "field=value,..." of `RayOptions`, "" for its defaults) runs Ray
     once per variant in each round, labelled "ray[variant]" (None: one Ray run).
@@ -79,23 +82,22 @@ def run_throughput(
         time.sleep(ray_settle)
     rows = []
     try:
+        # (label, keyword arguments of the run): multiprocessing, then each Ray variant
+        runs: list[tuple[str, dict]] = []
+        for backend in backends:
+            if backend != "ray":
+                runs.append((backend, {}))
+                continue
+            for label, fields in _ray_runs(report_interval, ray_variants):
+                runs.append((label, {"backend": "ray", "ray_options": RayOptions(**fields)}))
         for round_index in range(rounds):
+            shift = round_index % len(runs)
             for actors in actor_counts:
-                for backend in backends:
-                    if backend != "ray":
-                        row = bench_manager.run_throughput(actors, True, seconds, rate_limit=False)
-                        rows.append({"backend": backend, "round": round_index, **row})
-                        continue
-                    for label, fields in _ray_runs(report_interval, ray_variants):
-                        row = bench_manager.run_throughput(
-                            actors,
-                            True,
-                            seconds,
-                            rate_limit=False,
-                            backend="ray",
-                            ray_options=RayOptions(**fields),
-                        )
-                        rows.append({"backend": label, "round": round_index, **row})
+                for label, kwargs in runs[shift:] + runs[:shift]:
+                    row = bench_manager.run_throughput(
+                        actors, True, seconds, rate_limit=False, **kwargs
+                    )
+                    rows.append({"backend": label, "round": round_index, **row})
     finally:
         if uses_ray:
             ray.shutdown()
