@@ -87,7 +87,7 @@ def main() -> None:
         help="envs each actor steps with one batched forward pass (default 1, the paper's "
         "one env per actor): 32 act about 5x faster per core, for machines whose actors set "
         "the pace (e.g. beside a GPU learner); on a small CPU machine, where the learner sets "
-        "it, 1 learned RoadRunner better per env step in the same wall (README 'Choosing N')",
+        "it, both learned RoadRunner alike per env step in the same wall (README 'Choosing N')",
     )
     parser.add_argument("--nb-steps", type=int, default=2_000_000, help="env steps in all")
     parser.add_argument("--max-seconds", type=float, default=None, help="wall-time limit")
