@@ -105,7 +105,7 @@ def _log_dropped(dropped: int) -> None:
     """Logs the `dropped`-th sequence refused for frames already gone: a warning at the
     1st, 10th, 100th, ... (a replay whose frames do not fit refuses one per record), the
     others at debug level."""
-    if 10 ** (len(str(dropped)) - 1) == dropped:
+    if str(dropped).rstrip("0") == "1":  # 1, 10, 100, ...
         logger.warning(
             "dropped a sequence whose frames were already overwritten (%d so far): the frame "
             "store holds too few frames (a frame_capacity below the default, or with "
